@@ -1,0 +1,200 @@
+"""The config schema (with defaults) and its validation.
+
+Config files under `configs/` call `base_config()` and override fields; every run goes through
+`validate(config)`, which rejects impossible settings with a message naming the field and the
+allowed values. `model_config(config.model)` turns a model section into a `ModelConfig`.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from coop_jax.models.config import DTYPES, ModelConfig
+
+REWARD_TYPES = ("rule", "static_rm", "cooper", "majority_vote", "corewarding_1", "corewarding_2",
+                "hybrid")
+RM_REWARD_TYPES = ("static_rm", "cooper", "hybrid")
+NEGATIVE_STRATEGIES = ("rewrite", "rollout", "perturb")
+DATASETS = ("synthetic", "gsm8k", "math500", "math")
+PROMPT_TEMPLATES = ("synthetic", "gsm8k", "boxed", "raw")
+SCHEDULES = ("constant", "cosine")
+NAN_POLICIES = ("error", "skip")
+KERNEL_IMPLS = ("auto", "xla", "pallas", "reference")
+
+
+def model_section(**overrides) -> ml_collections.ConfigDict:
+    """A model section: either `hf_path` (a local HF folder) or the architecture fields."""
+    section = ml_collections.ConfigDict(dict(
+        hf_path="", tokenizer="", family="qwen2", vocab_size=128, hidden_size=128,
+        intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=0,
+        rope_theta=10000.0, rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True,
+        max_position_embeddings=512, param_dtype="float32", dtype="float32", remat=False,
+    ))
+    section.update(overrides)
+    return section
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.model = model_section()
+    c.reward_model = model_section()  # used by reward types in RM_REWARD_TYPES
+
+    c.data = ml_collections.ConfigDict(dict(
+        dataset="synthetic", data_dir="", train_split="train", eval_split="test", num_train=0,
+        num_eval=128, prompt_template="synthetic", chat_template=False, max_prompt_len=32,
+        synthetic_train_size=20000, rephrase_field="rephrased",
+    ))
+    c.data.synthetic = ml_collections.ConfigDict(dict(
+        num_operands_min=2, num_operands_max=3, max_operand=20, ops="+-", answer_format="####"))
+
+    # Supervised warm start on reference solutions (0 steps = start RL from the loaded policy).
+    c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, learning_rate=1e-3,
+                                           warmup_steps=20, max_len=96))
+
+    c.rollout = ml_collections.ConfigDict(dict(
+        group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
+        top_p=1.0))
+
+    c.rl = ml_collections.ConfigDict(dict(
+        advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
+        clip_ratio_c=0.0, ratio_level="token", kl_coef=0.001, kl_estimator="low_var_kl",
+        kl_in_reward=False, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
+        dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
+        overlong_factor=1.0))
+
+    c.optim = ml_collections.ConfigDict(dict(
+        learning_rate=1e-6, warmup_steps=20, schedule="constant", weight_decay=0.01, b1=0.9,
+        b2=0.999, eps=1e-8, grad_clip=1.0))
+
+    c.reward = ml_collections.ConfigDict(dict(
+        type="rule", threshold=False, hybrid_rm_weight=0.5))
+
+    c.cooper = ml_collections.ConfigDict(dict(
+        negative="rewrite", learning_rate=1e-5, warmup_ratio=0.01, weight_decay=0.01,
+        grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
+        assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
+        heldout_triples="", heldout_every=10))
+
+    c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
+
+    c.verifier = ml_collections.ConfigDict(dict(num_workers=2, timeout_s=5.0))
+    c.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1), distributed=False))
+    c.train = ml_collections.ConfigDict(dict(
+        steps=100, log_every=1, eval_every=25, checkpoint_every=25, keep_checkpoints=3,
+        nan_policy="error", max_nan_skips=10))
+    c.eval = ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0, batch_size=64))
+    c.kernels = ml_collections.ConfigDict(dict(impl="auto"))
+    return c
+
+
+def _one_of(value, allowed, field):
+    if value not in allowed:
+        raise ValueError(f"config.{field} must be one of {list(allowed)}, got {value!r}")
+
+
+def _positive(value, field, allow_zero=False):
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"config.{field} must be {bound}, got {value!r}")
+
+
+def _validate_model(section, field):
+    if section.hf_path:
+        return
+    for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads"):
+        _positive(section[name], f"{field}.{name}")
+    if section.num_heads % section.num_kv_heads:
+        raise ValueError(f"config.{field}.num_heads ({section.num_heads}) must be a multiple of "
+                         f"{field}.num_kv_heads ({section.num_kv_heads})")
+    _one_of(section.param_dtype, tuple(DTYPES), f"{field}.param_dtype")
+    _one_of(section.dtype, tuple(DTYPES), f"{field}.dtype")
+    _one_of(section.family, ("qwen2", "llama"), f"{field}.family")
+
+
+def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> None:
+    """Raise ValueError naming the first impossible field."""
+    from coop_jax import rl
+
+    _validate_model(c.model, "model")
+    _one_of(c.reward.type, REWARD_TYPES, "reward.type")
+    if c.reward.type in RM_REWARD_TYPES:
+        _validate_model(c.reward_model, "reward_model")
+    _one_of(c.data.dataset, DATASETS, "data.dataset")
+    _one_of(c.data.prompt_template, PROMPT_TEMPLATES, "data.prompt_template")
+    if c.data.dataset != "synthetic" and not c.data.data_dir:
+        raise ValueError(f"config.data.data_dir is required for data.dataset={c.data.dataset!r}")
+    _positive(c.data.max_prompt_len, "data.max_prompt_len")
+    _positive(c.data.num_eval, "data.num_eval", allow_zero=True)
+    if c.rollout.group_size < 2:
+        raise ValueError(f"config.rollout.group_size must be >= 2 (group-relative advantages), "
+                         f"got {c.rollout.group_size}")
+    _positive(c.rollout.prompts_per_step, "rollout.prompts_per_step")
+    _positive(c.rollout.max_new_tokens, "rollout.max_new_tokens")
+    _positive(c.rollout.temperature, "rollout.temperature")
+    if not 0 < c.rollout.top_p <= 1:
+        raise ValueError(f"config.rollout.top_p must be in (0, 1], got {c.rollout.top_p}")
+    _positive(c.rollout.top_k, "rollout.top_k", allow_zero=True)
+    _one_of(c.rl.advantage, tuple(rl.ADVANTAGES), "rl.advantage")
+    _one_of(c.rl.aggregation, tuple(rl.AGGREGATIONS), "rl.aggregation")
+    _one_of(c.rl.kl_estimator, tuple(rl.KL_ESTIMATORS), "rl.kl_estimator")
+    _one_of(c.rl.ratio_level, ("token", "sequence"), "rl.ratio_level")
+    _one_of(c.rl.overlong, tuple(rl.OVERLONG), "rl.overlong")
+    _positive(c.rl.kl_coef, "rl.kl_coef", allow_zero=True)
+    _positive(c.rl.ppo_epochs, "rl.ppo_epochs")
+    _positive(c.rl.num_minibatches, "rl.num_minibatches")
+    rows = c.rollout.prompts_per_step * c.rollout.group_size
+    if rows % c.rl.num_minibatches:
+        raise ValueError(f"config.rl.num_minibatches ({c.rl.num_minibatches}) must divide "
+                         f"prompts_per_step * group_size ({rows})")
+    _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
+    _positive(c.optim.learning_rate, "optim.learning_rate")
+    _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
+    if c.reward.type == "cooper" and c.cooper.negative == "rewrite" and not (
+            c.cooper.assistant_hf_path or c.cooper.assistant_url):
+        raise ValueError("config.cooper.negative='rewrite' needs cooper.assistant_hf_path or "
+                         "cooper.assistant_url (or choose 'rollout' / 'perturb')")
+    _positive(c.verifier.num_workers, "verifier.num_workers")
+    _positive(c.verifier.timeout_s, "verifier.timeout_s")
+    _one_of(c.train.nan_policy, NAN_POLICIES, "train.nan_policy")
+    _one_of(c.kernels.impl, KERNEL_IMPLS, "kernels.impl")
+    _positive(c.train.steps, "train.steps", allow_zero=True)
+    shape = tuple(c.mesh.shape)
+    if len(shape) != 3 or sum(1 for s in shape if s == -1) > 1 or any(
+            s == 0 or s < -1 for s in shape):
+        raise ValueError(f"config.mesh.shape must be three ints (data, fsdp, tensor) with at most "
+                         f"one -1, got {shape}")
+    if device_count is not None:
+        resolve_mesh_shape(shape, device_count)
+
+
+def resolve_mesh_shape(shape, device_count: int) -> tuple[int, int, int]:
+    """Fill a -1 entry with the remaining devices and check the product."""
+    shape = [int(s) for s in shape]
+    known = 1
+    for s in shape:
+        known *= s if s != -1 else 1
+    if -1 in shape:
+        if device_count % known:
+            raise ValueError(f"config.mesh.shape {tuple(shape)} does not divide the "
+                             f"{device_count} devices")
+        shape[shape.index(-1)] = device_count // known
+    if shape[0] * shape[1] * shape[2] != device_count:
+        raise ValueError(f"config.mesh.shape {tuple(shape)} needs {shape[0] * shape[1] * shape[2]} "
+                         f"devices but there are {device_count}")
+    return tuple(shape)
+
+
+def model_config(section: ml_collections.ConfigDict, vocab_size: int | None = None,
+                 num_labels: int = 0) -> ModelConfig:
+    """`ModelConfig` from an architecture section (not for `hf_path` sections)."""
+    return ModelConfig(
+        vocab_size=vocab_size or section.vocab_size, hidden_size=section.hidden_size,
+        intermediate_size=section.intermediate_size, num_layers=section.num_layers,
+        num_heads=section.num_heads, num_kv_heads=section.num_kv_heads,
+        head_dim=section.head_dim or None, rope_theta=section.rope_theta,
+        rms_norm_eps=section.rms_norm_eps, qkv_bias=section.qkv_bias,
+        tie_embeddings=section.tie_embeddings and num_labels == 0,
+        max_position_embeddings=section.max_position_embeddings, num_labels=num_labels,
+        family=section.family, param_dtype=section.param_dtype, dtype=section.dtype,
+        remat=section.remat)

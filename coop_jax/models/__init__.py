@@ -1,0 +1,23 @@
+"""The Qwen2/Llama decoder family, as a config plus pure functions of a parameter pytree."""
+from coop_jax.models.config import ModelConfig
+from coop_jax.models.forward import (
+    abstract_params,
+    forward_with_cache,
+    hidden_states,
+    init_boxed,
+    init_cache,
+    init_params,
+    last_token_index,
+    lm_logits,
+    param_count,
+    positions_from_mask,
+    reward_scores,
+    unembed_matrix,
+)
+from coop_jax.models.transformer import KVCache, Transformer
+
+__all__ = [
+    "KVCache", "ModelConfig", "Transformer", "abstract_params", "forward_with_cache",
+    "hidden_states", "init_boxed", "init_cache", "init_params", "last_token_index", "lm_logits",
+    "param_count", "positions_from_mask", "reward_scores", "unembed_matrix",
+]

@@ -1,0 +1,85 @@
+"""Architecture description shared by the Qwen2/Qwen2.5 and Llama 3.x families."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of one decoder-only transformer.
+
+    `num_labels == 0` is a causal LM (unembedding to the vocabulary); `num_labels >= 1` is a
+    sequence-classification model whose scalar head is read at the last non-pad token.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int | None = None
+    rope_theta: float = 10000.0
+    # None, or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"} as in HF configs.
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tie_embeddings: bool = False
+    max_position_embeddings: int = 4096
+    num_labels: int = 0
+    family: str = "qwen2"  # "qwen2" | "llama": only decides the HF export format
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    remat: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                     "num_kv_heads"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"ModelConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads})")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise ValueError("ModelConfig.hidden_size must be divisible by num_heads when head_dim "
+                             "is not given")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ValueError(f"ModelConfig.{name} must be one of {sorted(DTYPES)}, got "
+                                 f"{getattr(self, name)!r}")
+        if self.family not in ("qwen2", "llama"):
+            raise ValueError(f"ModelConfig.family must be 'qwen2' or 'llama', got {self.family!r}")
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def jnp_dtype(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def jnp_param_dtype(self):
+        return DTYPES[self.param_dtype]
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        return dict(self.rope_scaling) if self.rope_scaling else None
+
+    @property
+    def is_reward_model(self) -> bool:
+        return self.num_labels > 0
+
+    def replace(self, **kw) -> "ModelConfig":
+        return dataclasses.replace(self, **kw)

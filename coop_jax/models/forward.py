@@ -1,0 +1,99 @@
+"""Pure functions of a parameter pytree: init, training forward, logits, RM scores, KV cache."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from coop_jax.models.config import ModelConfig
+from coop_jax.models.transformer import KVCache, Transformer
+
+Array = jax.Array
+Params = dict
+
+
+def positions_from_mask(mask: Array) -> Array:
+    """Rotary positions of a (left- or right-) padded batch: 0 at each row's first real token."""
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def _dummy_inputs(batch: int = 1, length: int = 2):
+    tokens = jnp.zeros((batch, length), jnp.int32)
+    return tokens, jnp.zeros_like(tokens), jnp.ones((batch, length), bool)
+
+
+def init_boxed(cfg: ModelConfig, rng: Array) -> Params:
+    """Parameters still wrapped in `nn.Partitioned` boxes (carry their logical axis names)."""
+    return Transformer(cfg).init(rng, *_dummy_inputs())["params"]
+
+
+def init_params(cfg: ModelConfig, rng: Array) -> Params:
+    return nn.meta.unbox(init_boxed(cfg, rng))
+
+
+def abstract_params(cfg: ModelConfig) -> Params:
+    """Boxed `ShapeDtypeStruct`s: shapes and logical axes without allocating anything."""
+    return jax.eval_shape(lambda: init_boxed(cfg, jax.random.key(0)))
+
+
+def hidden_states(params: Params, cfg: ModelConfig, tokens: Array, attention_mask: Array | None = None,
+                  positions: Array | None = None) -> Array:
+    """Training-time forward: tokens [B, T] -> final-norm hidden states [B, T, D]."""
+    if attention_mask is None:
+        attention_mask = jnp.ones(tokens.shape, bool)
+    attention_mask = attention_mask.astype(bool)
+    if positions is None:
+        positions = positions_from_mask(attention_mask)
+    hidden, _ = Transformer(cfg).apply({"params": params}, tokens, positions, attention_mask)
+    return hidden
+
+
+def unembed_matrix(params: Params, cfg: ModelConfig) -> Array:
+    """[D, V] unembedding (the transposed input embedding when tied)."""
+    if cfg.is_reward_model:
+        raise ValueError("a reward model (num_labels > 0) has no unembedding matrix")
+    if cfg.tie_embeddings:
+        return params["embed_tokens"]["embedding"].T
+    return params["lm_head"]["kernel"]
+
+
+def lm_logits(params: Params, cfg: ModelConfig, tokens: Array,
+              attention_mask: Array | None = None) -> Array:
+    """Materialised [B, T, V] float32 logits (inference, tests; training uses the fused kernels)."""
+    hidden = hidden_states(params, cfg, tokens, attention_mask)
+    unembed = unembed_matrix(params, cfg).astype(cfg.jnp_dtype)
+    return jnp.einsum("btd,dv->btv", hidden, unembed, preferred_element_type=jnp.float32)
+
+
+def last_token_index(attention_mask: Array) -> Array:
+    """Index of the last real token of each row (right or left padding)."""
+    t = jnp.arange(attention_mask.shape[-1])
+    return jnp.max(jnp.where(attention_mask.astype(bool), t, 0), axis=-1)
+
+
+def reward_scores(params: Params, cfg: ModelConfig, tokens: Array, attention_mask: Array) -> Array:
+    """Sequence-classification head read at the last non-pad token: [B] float32 (num_labels=1)."""
+    if not cfg.is_reward_model:
+        raise ValueError("reward_scores needs a reward model config (num_labels > 0)")
+    hidden = hidden_states(params, cfg, tokens, attention_mask)
+    last = jnp.take_along_axis(hidden, last_token_index(attention_mask)[:, None, None], axis=1)[:, 0]
+    head = params["score"]["kernel"].astype(cfg.jnp_dtype)
+    scores = jnp.einsum("bd,dl->bl", last, head, preferred_element_type=jnp.float32)
+    return scores[:, 0] if cfg.num_labels == 1 else scores
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
+    shape = (batch, length, cfg.num_kv_heads, cfg.dim_per_head)
+    dtype = dtype or cfg.jnp_dtype
+    return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers))
+
+
+def forward_with_cache(params: Params, cfg: ModelConfig, tokens: Array, positions: Array,
+                       kv_mask: Array, cache: KVCache, cache_index: Array) -> tuple[Array, KVCache]:
+    """Prefill (T > 1) or decode (T == 1) writing keys/values at slots [cache_index, +T)."""
+    return Transformer(cfg).apply({"params": params}, tokens, positions, kv_mask.astype(bool),
+                                  cache, cache_index)
+
+
+def param_count(params: Params) -> int:
+    return sum(x.size for x in jax.tree_util.tree_leaves(params))

@@ -1,0 +1,17 @@
+"""Device mesh, logical-axis rules and sharded parameter creation ("pjit" style)."""
+from coop_jax.parallel.mesh import (
+    AXES,
+    LOGICAL_RULES,
+    batch_sharding,
+    logical_sharding,
+    make_mesh,
+    maybe_initialize_distributed,
+    param_shardings,
+    replicated,
+    shard_params,
+    sharded_init,
+)
+
+__all__ = ["AXES", "LOGICAL_RULES", "batch_sharding", "logical_sharding", "make_mesh",
+           "maybe_initialize_distributed", "param_shardings", "replicated", "shard_params",
+           "sharded_init"]

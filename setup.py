@@ -1,0 +1,48 @@
+"""coop_jax: JAX-native RL for LLM reasoning with co-optimised policy and verifier reward model."""
+from setuptools import find_packages, setup
+
+CORE = [
+    "jax>=0.6",
+    "flax>=0.10",
+    "optax>=0.2.4",
+    "orbax-checkpoint>=0.11",
+    "transformers>=4.45",
+    "tokenizers>=0.20",
+    "safetensors>=0.4",
+    "ml-collections>=0.1.1",
+    "absl-py>=2.0",
+    "sympy>=1.12",
+    "latex2sympy2_extended>=1.10",
+    "numpy>=1.26",
+    "tqdm>=4.66",
+    "matplotlib>=3.8",
+    "tensorboardX>=2.6",
+    "tensorflow-datasets>=4.9",
+    "tensorflow-cpu>=2.16; platform_machine == 'x86_64'",
+]
+
+setup(
+    name="coop_jax",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.10",
+    packages=find_packages(include=["coop_jax", "coop_jax.*"]),
+    package_data={"coop_jax": ["assets/*/*.json"]},
+    install_requires=CORE,
+    extras_require={
+        # torch is only the reference implementation for parity tests; the pinned CPU build
+        # avoids a multi-GB CUDA download.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7"],
+        "tpu": ["jax[tpu]"],
+        "gpu": ["jax[cuda12]"],
+    },
+    entry_points={
+        "console_scripts": [
+            "coop-train=coop_jax.train:run",
+            "coop-train-rm=coop_jax.train_rm:run",
+            "coop-eval=coop_jax.eval.cli:run",
+            "coop-report=coop_jax.eval.report:run",
+            "coop-export=coop_jax.export:run",
+        ]
+    },
+)

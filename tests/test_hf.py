@@ -1,0 +1,130 @@
+"""HF interop: tiny random transformers models load into coop_jax with matching logits."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from coop_jax import hf  # noqa: E402
+
+COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _save(model, path):
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=10000.0)
+    return _save(transformers.Qwen2ForCausalLM(cfg).eval(), tmp_path_factory.mktemp("qwen"))
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    torch.manual_seed(1)
+    cfg = transformers.LlamaConfig(
+        **(COMMON | {"max_position_embeddings": 256}), tie_word_embeddings=False,
+        rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    return _save(transformers.LlamaForCausalLM(cfg).eval(), tmp_path_factory.mktemp("llama"))
+
+
+@pytest.fixture(scope="module")
+def rm_dir(tmp_path_factory):
+    torch.manual_seed(2)
+    cfg = transformers.Qwen2Config(**COMMON, num_labels=1, pad_token_id=0)
+    return _save(transformers.Qwen2ForSequenceClassification(cfg).eval(),
+                 tmp_path_factory.mktemp("rm"))
+
+
+def _tokens(batch=3, length=12, seed=0):
+    return np.random.default_rng(seed).integers(1, COMMON["vocab_size"], size=(batch, length))
+
+
+def _torch_logits(path, tokens):
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(tokens)).logits.numpy()
+
+
+@pytest.mark.parametrize("which", ["qwen_dir", "llama_dir"])
+def test_causal_lm_parity_and_roundtrip(which, request, tmp_path):
+    path = request.getfixturevalue(which)
+    lm = hf.load(path, dtype="float32")
+    tokens = _tokens()
+    ref = _torch_logits(path, tokens)
+    ours = np.asarray(lm.logits(tokens))
+    assert ours.shape == ref.shape and ours.dtype == np.float32
+    assert np.max(np.abs(ours - ref)) <= 1e-4
+    if which == "llama_dir":
+        assert lm.config.rope_scaling_dict["rope_type"] == "llama3"
+        assert not lm.config.tie_embeddings
+    out = tmp_path / "export"
+    hf.save(lm, str(out))
+    again = _torch_logits(str(out), tokens)
+    assert np.max(np.abs(again - ref)) <= 1e-5
+
+
+def test_llama_rope_scaling_matters(llama_dir):
+    """Positions past original_max_position_embeddings differ with and without llama3 scaling."""
+    lm = hf.load(llama_dir)
+    tokens = _tokens(batch=1, length=48, seed=3)
+    plain = hf.HFModel(lm.config.replace(rope_scaling=None), lm.params, lm.hf_config)
+    ref = _torch_logits(llama_dir, tokens)
+    scaled_err = np.max(np.abs(np.asarray(lm.logits(tokens)) - ref))
+    plain_err = np.max(np.abs(np.asarray(plain.logits(tokens)) - ref))
+    assert scaled_err <= 1e-5
+    assert plain_err > 20 * scaled_err
+
+
+def test_reward_model_parity_with_padding(rm_dir, tmp_path):
+    lm = hf.load(rm_dir)
+    assert lm.config.is_reward_model
+    tokens = _tokens(batch=4, length=10, seed=4)
+    mask = np.ones_like(tokens)
+    for row, length in enumerate([10, 7, 3, 1]):
+        mask[row, length:] = 0
+        tokens[row, length:] = 0  # pad_token_id
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(rm_dir,
+                                                                            dtype=torch.float32)
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask)).logits
+    ref = ref.numpy()[:, 0]
+    ours = np.asarray(lm.scores(tokens, mask))
+    assert ours.shape == (4,)
+    assert np.max(np.abs(ours - ref)) <= 1e-4
+    out = tmp_path / "rm_export"
+    hf.save(lm, str(out))
+    again = transformers.AutoModelForSequenceClassification.from_pretrained(str(out),
+                                                                            dtype=torch.float32)
+    with torch.no_grad():
+        ref2 = again(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask)).logits
+    assert np.max(np.abs(ref2.numpy()[:, 0] - ref)) <= 1e-5
+    assert json.loads((out / "config.json").read_text())["architectures"] == [
+        "Qwen2ForSequenceClassification"]
+
+
+def test_check_cli(qwen_dir):
+    out = subprocess.run([sys.executable, "-m", "coop_jax.hf", "check", qwen_dir],
+                         capture_output=True, text=True, check=True, timeout=300)
+    diff = float(out.stdout.split()[-1])
+    assert diff <= 1e-4
+
+
+def test_load_errors_name_the_problem(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        hf.load(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="model_type"):
+        hf.load(str(tmp_path))
+    with pytest.raises(ValueError, match="dtype"):
+        hf.load(str(tmp_path), dtype="float64")
