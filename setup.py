@@ -18,6 +18,7 @@ CORE = [
     "matplotlib>=3.8",
     "tensorboardX>=2.6",
     "tensorflow-datasets>=4.9",
+    "importlib_resources>=6",
     "tensorflow-cpu>=2.16; platform_machine == 'x86_64'",
 ]
 

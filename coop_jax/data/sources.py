@@ -1,0 +1,235 @@
+"""Readers for the official JSON-lines benchmark files (no TensorFlow) and ``load_split``.
+
+Each reader returns ``(records, stats)``: the kept records and a :class:`SkipStats` that counts
+rows skipped as malformed (not JSON, not an object, missing field, wrong type, empty field, no
+extractable reference). Blank lines are not rows. Record ids use the 0-based line number, so they
+stay stable when malformed rows are skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from typing import Any, Callable
+
+from coop_jax.data.synthetic import SPLITS as SYNTHETIC_SPLITS
+from coop_jax.data.synthetic import SyntheticConfig, make_dataset
+
+Record = dict[str, Any]
+logger = logging.getLogger(__name__)
+
+DATASETS = ("synthetic", "gsm8k", "math500", "math")
+# Default synthetic split sizes when load_split gets num_examples=None.
+SYNTHETIC_SPLIT_SIZES = {"train": 4096, "test": 256}
+_CALC_RE = re.compile(r"<<[^<>]*>>")
+_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+@dataclasses.dataclass
+class SkipStats:
+    """Row counts of one file: ``rows`` non-blank lines, ``kept``, and skipped rows by reason."""
+
+    path: str = ""
+    rows: int = 0
+    kept: int = 0
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    examples: list[str] = dataclasses.field(default_factory=list)  # first few "line N: reason"
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def skip(self, line_no: int, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if len(self.examples) < 5:
+            self.examples.append(f"line {line_no + 1}: {reason}")
+
+
+class _Skip(Exception):
+    """A malformed row; the message is the skip reason."""
+
+
+def strip_calculator_annotations(text: str) -> str:
+    """Drop GSM8K calculator annotations: ``16-3-4 = <<16-3-4=9>>9`` -> ``16-3-4 = 9``."""
+    return _CALC_RE.sub("", text)
+
+
+def normalize_number(text: str) -> str:
+    """Strip and remove thousands separators: ``" 1,450,000 "`` -> ``"1450000"``."""
+    return _THOUSANDS_RE.sub("", text.strip())
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces matched), else None.
+
+    ``\\boxed 5`` (no braces) yields ``"5"``. Unbalanced braces yield None.
+    """
+    starts = [m.start() for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text)]
+    if not starts:
+        return None
+    i = starts[-1] + (6 if text.startswith("\\boxed", starts[-1]) else 5)
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i < len(text) and text[i] != "{":
+        m = re.match(r"[^\s$]+", text[i:])
+        return m.group(0).rstrip(".") if m else None
+    depth, begin = 0, i + 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[begin:j]
+    return None
+
+
+def _field(row: dict, key: str, *, required: bool = True) -> str | None:
+    if key not in row or row[key] is None:
+        if required:
+            raise _Skip(f"missing field '{key}'")
+        return None
+    value = row[key]
+    if not isinstance(value, str):
+        raise _Skip(f"field '{key}' is {type(value).__name__}, not str")
+    if not value.strip():
+        if required:
+            raise _Skip(f"empty field '{key}'")
+        return None
+    return value
+
+
+def _gsm8k_row(row: dict, line_no: int, id_prefix: str, keep_calculator: bool) -> Record:
+    question = _field(row, "question")
+    answer = _field(row, "answer")
+    if "####" not in answer:
+        raise _Skip("no '####' in 'answer'")
+    reference = normalize_number(answer.rsplit("####", 1)[1])
+    if not reference:
+        raise _Skip("empty reference after '####'")
+    solution = answer if keep_calculator else strip_calculator_annotations(answer)
+    return {"id": f"{id_prefix}-{line_no}", "question": question.strip(), "reference": reference,
+            "solution": solution.strip(), "rephrased": None}
+
+
+def _math_row(row: dict, line_no: int, id_prefix: str) -> Record:
+    question = _field(row, "problem")
+    solution = _field(row, "solution", required=False)
+    answer = _field(row, "answer", required=False)
+    reference = answer.strip() if answer is not None else (
+        last_boxed(solution) if solution is not None else None)
+    if reference is None or not reference.strip():
+        raise _Skip("no 'answer' and no \\boxed{} in 'solution'")
+    uid = row.get("unique_id")
+    rid = uid if isinstance(uid, str) and uid else f"{id_prefix}-{line_no}"
+    return {"id": rid, "question": question.strip(), "reference": reference.strip(),
+            "solution": solution.strip() if solution is not None else None, "rephrased": None}
+
+
+def _read_jsonl(path: str, parse: Callable[[dict, int], Record]) -> tuple[list[Record], SkipStats]:
+    stats = SkipStats(path=str(path))
+    records: list[Record] = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f):
+            if not line.strip():
+                continue
+            stats.rows += 1
+            try:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise _Skip("not JSON") from e
+                if not isinstance(row, dict):
+                    raise _Skip("not a JSON object")
+                records.append(parse(row, line_no))
+            except _Skip as e:
+                stats.skip(line_no, str(e))
+    stats.kept = len(records)
+    if stats.num_skipped:
+        logger.warning("%s: skipped %d of %d rows (%s); e.g. %s", path, stats.num_skipped,
+                       stats.rows, stats.skipped, stats.examples)
+    return records, stats
+
+
+def _default_prefix(name: str, path: str) -> str:
+    return f"{name}-{os.path.splitext(os.path.basename(path))[0]}"
+
+
+def load_gsm8k_jsonl(path: str | os.PathLike, *, id_prefix: str | None = None,
+                     keep_calculator: bool = False) -> tuple[list[Record], SkipStats]:
+    """GSM8K rows ``{"question", "answer"}``; reference = text after the last ``####``.
+
+    The solution is the full ``answer`` with ``<<...>>`` calculator annotations removed unless
+    ``keep_calculator``. Ids are ``gsm8k-<file stem>-<line>`` unless ``id_prefix`` is given.
+    """
+    path = os.fspath(path)
+    prefix = id_prefix or _default_prefix("gsm8k", path)
+    return _read_jsonl(path, lambda row, i: _gsm8k_row(row, i, prefix, keep_calculator))
+
+
+def load_math_jsonl(path: str | os.PathLike, *,
+                    id_prefix: str | None = None) -> tuple[list[Record], SkipStats]:
+    """MATH rows ``{"problem", "solution", "answer"?, "unique_id"?}``.
+
+    Reference = ``answer`` if present, else the last ``\\boxed{}`` of ``solution``. The id is
+    ``unique_id`` when present (PRM800K files), else ``math-<file stem>-<line>``.
+    """
+    path = os.fspath(path)
+    prefix = id_prefix or _default_prefix("math", path)
+    return _read_jsonl(path, lambda row, i: _math_row(row, i, prefix))
+
+
+_FILE_DATASETS: dict[str, tuple[Callable[..., tuple[list[Record], SkipStats]], tuple[str, ...]]] = {
+    "gsm8k": (load_gsm8k_jsonl, ("train", "test")),
+    "math500": (load_math_jsonl, ("test",)),
+    "math": (load_math_jsonl, ("train", "test")),
+}
+
+
+def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) -> str:
+    """``<data_dir>/<split>.jsonl``, else ``<data_dir>/<dataset>/<split>.jsonl``."""
+    candidates = [os.path.join(data_dir, f"{split}.jsonl"),
+                  os.path.join(data_dir, dataset, f"{split}.jsonl")]
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise FileNotFoundError(f"no {dataset} '{split}' file; tried {candidates}")
+
+
+def load_split(dataset: str, split: str, *, data_dir: str | os.PathLike | None = None,
+               num_examples: int | None = None, seed: int = 0,
+               synthetic: SyntheticConfig | None = None) -> list[Record]:
+    """Records of one split.
+
+    ``synthetic`` generates ``num_examples`` problems (default ``SYNTHETIC_SPLIT_SIZES[split]``)
+    from ``seed``; its train and test splits never share a question. The file datasets read
+    ``<data_dir>/<split>.jsonl`` (or ``<data_dir>/<dataset>/<split>.jsonl``), keep the first
+    ``num_examples`` rows (all if fewer), and ignore ``seed``.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; allowed: {list(DATASETS)}")
+    if num_examples is not None and (isinstance(num_examples, bool) or
+                                     not isinstance(num_examples, int) or num_examples <= 0):
+        raise ValueError(f"num_examples must be a positive int or None, got {num_examples!r}")
+    if dataset == "synthetic":
+        if split not in SYNTHETIC_SPLITS:
+            raise ValueError(f"split for 'synthetic' must be one of {SYNTHETIC_SPLITS}, "
+                             f"got {split!r}")
+        n = SYNTHETIC_SPLIT_SIZES[split] if num_examples is None else num_examples
+        return make_dataset(n, seed, synthetic or SyntheticConfig(), split=split)
+    if synthetic is not None:
+        raise ValueError(f"synthetic config given for dataset {dataset!r}; it only applies to "
+                         "'synthetic'")
+    reader, splits = _FILE_DATASETS[dataset]
+    if split not in splits:
+        raise ValueError(f"split for {dataset!r} must be one of {splits}, got {split!r}")
+    if data_dir is None:
+        raise ValueError(f"data_dir is required for dataset {dataset!r} (a folder holding "
+                         f"{[s + '.jsonl' for s in splits]})")
+    path = resolve_split_file(dataset, split, data_dir)
+    records, stats = reader(path, id_prefix=f"{dataset}-{split}")
+    if not records:
+        raise ValueError(f"{path}: no valid rows ({stats.rows} rows, skipped {stats.skipped})")
+    return records if num_examples is None else records[:num_examples]

@@ -1,0 +1,168 @@
+"""Synthetic arithmetic-reasoning task for the CPU demo.
+
+Questions are short integer expressions evaluated left to right, e.g. ``7+12-5``; the worked
+solution is one step per operator, ``7+12=19. 19-5=14. #### 14`` (or ``\\boxed{14}``), and the
+reference is the final integer as a string. When ``*`` follows a ``+``/``-`` chain the chain is
+parenthesised (``(2+3)*4``), so the question also reads correctly with the usual precedence.
+Texts are plain ASCII and short so a tiny character-level model can learn the task in minutes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from typing import Any
+
+import numpy as np
+
+Record = dict[str, Any]
+
+ALLOWED_OPS = "+-*"
+ANSWER_FORMATS = ("####", "boxed")
+SPLITS = ("train", "test")
+# Hash-bucket holdout: a question belongs to "test" iff crc32(question) % _HOLDOUT_MOD == 0, so the
+# train and test splits never share a question whatever their sizes and seeds.
+_HOLDOUT_MOD = 10
+_OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
+_TOKEN_RE = re.compile(r"\d+|[-+*()]")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+    """Difficulty knobs of the synthetic task."""
+
+    num_operands_min: int = 2
+    num_operands_max: int = 3
+    max_operand: int = 20
+    ops: str = "+-"
+    answer_format: str = "####"
+
+    def __post_init__(self) -> None:
+        for name in ("num_operands_min", "num_operands_max", "max_operand"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"SyntheticConfig.{name} must be an int, got {value!r}")
+        if self.num_operands_min < 2:
+            raise ValueError(
+                f"SyntheticConfig.num_operands_min must be >= 2, got {self.num_operands_min}")
+        if self.num_operands_max < self.num_operands_min:
+            raise ValueError(
+                "SyntheticConfig.num_operands_max must be >= num_operands_min, got "
+                f"{self.num_operands_max} < {self.num_operands_min}")
+        if self.max_operand < 1:
+            raise ValueError(f"SyntheticConfig.max_operand must be >= 1, got {self.max_operand}")
+        if not isinstance(self.ops, str) or not self.ops:
+            raise ValueError(f"SyntheticConfig.ops must be a non-empty string, got {self.ops!r}")
+        if set(self.ops) - set(ALLOWED_OPS) or len(set(self.ops)) != len(self.ops):
+            raise ValueError(
+                f"SyntheticConfig.ops must be distinct characters from {ALLOWED_OPS!r}, "
+                f"got {self.ops!r}")
+        if self.answer_format not in ANSWER_FORMATS:
+            raise ValueError(
+                f"SyntheticConfig.answer_format must be one of {ANSWER_FORMATS}, "
+                f"got {self.answer_format!r}")
+
+
+def _apply(op: str, a: int, b: int) -> int:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    return a * b
+
+
+def format_answer(value: int | str, answer_format: str) -> str:
+    """The final-answer marker, ``#### 14`` or ``\\boxed{14}``."""
+    if answer_format == "####":
+        return f"#### {value}"
+    if answer_format == "boxed":
+        return f"\\boxed{{{value}}}"
+    raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+
+
+def render_question(operands: list[int], ops: list[str]) -> str:
+    """``7+12-5``; a ``+``/``-`` chain followed by ``*`` is parenthesised."""
+    if len(ops) != len(operands) - 1:
+        raise ValueError(f"need len(ops) == len(operands) - 1, got {len(ops)} and {len(operands)}")
+    expr, has_additive = str(operands[0]), False
+    for op, operand in zip(ops, operands[1:]):
+        if op == "*" and has_additive:
+            expr, has_additive = f"({expr})", False
+        expr += f"{op}{operand}"
+        has_additive = has_additive or op in "+-"
+    return expr
+
+
+def solve(operands: list[int], ops: list[str], answer_format: str = "####") -> tuple[str, int]:
+    """The worked left-to-right solution and the final value."""
+    value, steps = operands[0], []
+    for op, operand in zip(ops, operands[1:]):
+        new = _apply(op, value, operand)
+        steps.append(f"{value}{op}{operand}={new}.")
+        value = new
+    return " ".join(steps + [format_answer(value, answer_format)]), value
+
+
+def make_rephrase(question: str) -> str:
+    """A second surface form: ``7+12-5`` -> ``What is 7 plus 12 minus 5?``."""
+    tokens = _TOKEN_RE.findall(question)
+    if not tokens or "".join(tokens) != question.replace(" ", ""):
+        raise ValueError(f"question is not a synthetic arithmetic expression: {question!r}")
+    words = " ".join(_OP_WORDS.get(tok, tok) for tok in tokens)
+    body = words.replace("( ", "(").replace(" )", ")")
+    return f"What is {body}?"
+
+
+def make_problem(rng: np.random.Generator, cfg: SyntheticConfig | None = None, *,
+                 uid: str | None = None) -> Record:
+    """One random problem as a record; ``uid`` defaults to ``synthetic:<question>``."""
+    cfg = SyntheticConfig() if cfg is None else cfg
+    k = int(rng.integers(cfg.num_operands_min, cfg.num_operands_max + 1))
+    operands = [int(x) for x in rng.integers(0, cfg.max_operand + 1, size=k)]
+    ops = [cfg.ops[int(i)] for i in rng.integers(0, len(cfg.ops), size=k - 1)]
+    question = render_question(operands, ops)
+    solution, value = solve(operands, ops, cfg.answer_format)
+    return {
+        "id": uid if uid is not None else f"synthetic:{question}",
+        "question": question,
+        "reference": str(value),
+        "solution": solution,
+        "rephrased": make_rephrase(question),
+    }
+
+
+def holdout_split(question: str) -> str:
+    """``"test"`` for ~1/10 of all possible questions (by a stable hash), else ``"train"``."""
+    return "test" if zlib.crc32(question.encode("ascii")) % _HOLDOUT_MOD == 0 else "train"
+
+
+def make_dataset(n: int, seed: int, cfg: SyntheticConfig | None = None, *,
+                 split: str | None = None) -> list[Record]:
+    """``n`` problems, deterministic given (seed, cfg, split); ids are unique.
+
+    ``split=None`` samples from all questions; ``"train"``/``"test"`` restrict to the two disjoint
+    hash buckets of :func:`holdout_split`. Questions may repeat within a dataset.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"split must be None or one of {SPLITS}, got {split!r}")
+    cfg = SyntheticConfig() if cfg is None else cfg
+    split_code = 0 if split is None else 1 + SPLITS.index(split)
+    rng = np.random.default_rng([int(seed), split_code])
+    prefix = f"synthetic-{split or 'all'}-{seed}"
+    records: list[Record] = []
+    max_tries = 100 * n + 1000
+    tries = 0
+    while len(records) < n:
+        tries += 1
+        if tries > max_tries:
+            raise ValueError(
+                f"could not draw {n} '{split}' questions from {cfg}: the question space is too "
+                "small for the hash holdout; raise max_operand or num_operands_max")
+        rec = make_problem(rng, cfg, uid=f"{prefix}-{len(records)}")
+        if split is None or holdout_split(rec["question"]) == split:
+            records.append(rec)
+    return records

@@ -1,0 +1,302 @@
+"""`coop-eval`: evaluate a policy (greedy / avg@k / pass@k) or a reward model (accuracy / AUC).
+
+    coop-eval (--checkpoint=WORKDIR | --hf=HF_DIR) --dataset=gsm8k --data_dir=../shared/data \
+        [--config=CONFIG.py --config.x=y] [--split=test] [--num_examples=N] [--k=8] \
+        [--temperature=0.7] [--top_p=0.95] [--no-greedy] --out=OUT
+    coop-eval (--checkpoint=WORKDIR | --hf=RM_DIR) --rm_triples=TRIPLES.jsonl --out=OUT
+
+Writes OUT/report.json and OUT/samples.jsonl. Lengths, template and verifier settings come from
+the config (`data.max_prompt_len`, `rollout.max_new_tokens`, `data.prompt_template`,
+`verifier.*`, `eval.batch_size`, `cooper.max_len`) unless a flag overrides them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import ml_collections
+from absl import flags
+from absl.app import UsageError
+from ml_collections import config_flags
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "default_config.py")
+DEFAULT_TEMPLATES = {"synthetic": "synthetic", "gsm8k": "gsm8k", "math500": "boxed",
+                     "math": "boxed"}
+# Spellings of "--nogreedy" that absl does not know.
+_ARG_ALIASES = {"--no-greedy": "--nogreedy", "--no_greedy": "--nogreedy"}
+
+
+def define_flags(fv: flags.FlagValues, argv: list[str]) -> None:
+    """All coop-eval flags on a fresh FlagValues (so `main` can be called more than once)."""
+    config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "config file (default: the "
+                                    "schema defaults)", flag_values=fv, sys_argv=argv)
+    d = dict(flag_values=fv)
+    flags.DEFINE_string("checkpoint", None, "coop-train workdir or its checkpoints/ folder", **d)
+    flags.DEFINE_integer("step", None, "checkpoint step (default: latest)", **d)
+    flags.DEFINE_string("hf", None, "local Hugging Face model folder", **d)
+    flags.DEFINE_string("tokenizer", None, "tokenizer folder (default: the model's)", **d)
+    flags.DEFINE_string("dataset", None, "synthetic | gsm8k | math500 | math "
+                        "(default: config.data.dataset)", **d)
+    flags.DEFINE_string("data_dir", None, "folder with <split>.jsonl or <dataset>/<split>.jsonl",
+                        **d)
+    flags.DEFINE_string("split", "test", "dataset split", **d)
+    flags.DEFINE_integer("num_examples", None, "first N problems (default: all)", **d)
+    flags.DEFINE_string("template", None, "prompt template (default: the config's when --config "
+                        "or a checkpoint gives one, else the dataset's)", **d)
+    flags.DEFINE_boolean("chat", None, "wrap prompts in the chat template", **d)
+    flags.DEFINE_integer("k", 8, "samples per problem for avg@k / pass@k (0: none)", **d)
+    flags.DEFINE_float("temperature", 0.7, "sampling temperature", **d)
+    flags.DEFINE_float("top_p", 0.95, "nucleus sampling threshold", **d)
+    flags.DEFINE_boolean("greedy", True, "also decode greedily (--no-greedy to skip)", **d)
+    flags.DEFINE_integer("seed", 0, "sampling seed", **d)
+    flags.DEFINE_integer("batch_size", None, "prompts (or RM inputs) per batch", **d)
+    flags.DEFINE_integer("max_prompt_len", None, "prompt tokens", **d)
+    flags.DEFINE_integer("max_new_tokens", None, "response tokens", **d)
+    flags.DEFINE_string("rm_triples", None, "JSONL of {question, reference, completion, label}: "
+                        "evaluate a reward model instead of a policy", **d)
+    flags.DEFINE_integer("max_len", None, "RM input tokens (default: config.cooper.max_len)", **d)
+    flags.DEFINE_string("out", None, "output folder", **d)
+
+
+def _pick(flag_value, default):
+    return default if flag_value is None else flag_value
+
+
+def _validate(f: flags.FlagValues) -> None:
+    if not f.checkpoint and not f.hf:
+        raise UsageError("neither --checkpoint nor --hf was given; pass one of them")
+    if f.checkpoint and f.hf:
+        raise UsageError("--checkpoint and --hf are mutually exclusive; pass only one")
+    if not f.out:
+        raise UsageError("--out is required (the folder for report.json and samples.jsonl)")
+    for name in ("num_examples", "batch_size", "max_prompt_len", "max_new_tokens", "max_len"):
+        if f[name].value is not None and f[name].value < 1:
+            raise UsageError(f"--{name} must be >= 1, got {f[name].value}")
+    if f.rm_triples:
+        if not os.path.isfile(f.rm_triples):
+            raise UsageError(f"--rm_triples: no such file {f.rm_triples!r}")
+        return
+    if f.k < 0:
+        raise UsageError(f"--k must be >= 0, got {f.k}")
+    if f.k == 0 and not f.greedy:
+        raise UsageError("--k=0 with --no-greedy leaves nothing to evaluate")
+    if f.k and f.temperature <= 0:
+        raise UsageError(f"--temperature must be > 0 for sampling (--k={f.k}), got "
+                         f"{f.temperature}")
+    if not 0 < f.top_p <= 1:
+        raise UsageError(f"--top_p must be in (0, 1], got {f.top_p}")
+
+
+def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collections.ConfigDict,
+                                                                     bool]:
+    """(config, whether it came from the user or the checkpoint rather than the defaults)."""
+    if f["config"].present:
+        return f.config, True
+    if meta and isinstance(meta.get("config"), dict):
+        from coop_jax.config import base_config
+        config = base_config()
+        config.unlock()
+        config.update(ml_collections.ConfigDict(meta["config"]))
+        overrides = config_flags.get_override_values(f["config"])
+        if overrides:
+            config.update_from_flattened_dict(overrides)
+        return config, True
+    return f.config, False
+
+
+def _load_tokenizer(path: str):
+    """AutoTokenizer from a folder ("" = the shipped character tokenizer), pad token ensured."""
+    from coop_jax.eval.evaluate import prepare_tokenizer
+    from coop_jax.models.tokenizer import load_tokenizer
+
+    try:
+        return prepare_tokenizer(load_tokenizer(path or None))
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot load the tokenizer from {path or 'the char tokenizer'!r}: "
+                         f"{e}") from e
+
+
+def _load_model(f: flags.FlagValues, which: str):
+    """(ModelConfig, params, tokenizer, config, config_given, source description)."""
+    if f.hf:
+        from coop_jax import hf
+
+        if not os.path.isfile(os.path.join(f.hf, "config.json")):
+            raise UsageError(f"--hf: no config.json in {f.hf!r}")
+        lm = hf.load(f.hf)
+        if f.tokenizer is None and lm.source is None:
+            raise UsageError(f"--hf folder {f.hf!r} has no tokenizer files; pass --tokenizer")
+        tokenizer = _load_tokenizer(_pick(f.tokenizer, lm.source))
+        config, given = _resolve_config(f, None)
+        return lm.config, lm.params, tokenizer, config, given, {"hf": os.path.abspath(f.hf)}
+    from coop_jax.checkpoint import load_model
+
+    if not os.path.isdir(f.checkpoint):
+        raise UsageError(f"--checkpoint: no such folder {f.checkpoint!r}")
+    try:
+        cfg, params, meta = load_model(f.checkpoint, which=which, step=f.step)
+    except (ValueError, FileNotFoundError) as e:
+        raise UsageError(f"--checkpoint {f.checkpoint}: {e}") from e
+    config, given = _resolve_config(f, meta)
+    section = config.reward_model if which == "rm" else config.model
+    saved = meta.get("rm_tokenizer" if which == "rm" else "tokenizer")
+    default = saved if saved is not None else (section.tokenizer or section.hf_path or "")
+    tokenizer = _load_tokenizer(_pick(f.tokenizer, default))
+    source = {"checkpoint": os.path.abspath(f.checkpoint), "step": meta.get("step", f.step)}
+    return cfg, params, tokenizer, config, given, source
+
+
+def _read_triples(path: str) -> list[dict]:
+    triples = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UsageError(f"--rm_triples {path}: line {line_no} is not JSON ({e})") from e
+            triples.append(row)
+    if not triples:
+        raise UsageError(f"--rm_triples {path} holds no triples")
+    return triples
+
+
+def _write_outputs(out: str, report: dict, rows: list[dict]) -> None:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "report.json"), "w") as fh:
+        json.dump(report, fh, indent=2, sort_keys=True)
+    with open(os.path.join(out, "samples.jsonl"), "w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+
+
+def _fmt(interval: dict | None, pct: bool = True) -> str:
+    if not interval or interval.get("mean") is None:
+        return "n/a"
+    scale, unit = (100.0, "%") if pct else (1.0, "")
+    lo, hi = interval.get("ci_low"), interval.get("ci_high")
+    ci = "" if lo is None else f" [{lo * scale:.2f}, {hi * scale:.2f}]"
+    return f"{interval['mean'] * scale:.2f}{unit}{ci}"
+
+
+def summary_lines(report: dict) -> list[str]:
+    """Human-readable lines for a policy or RM report."""
+    if report.get("mode") == "rm":
+        return [f"triples: {report['num_triples']} ({report['num_positive']} positive)",
+                f"accuracy: {_fmt(report['accuracy'])}",
+                f"ROC AUC:  {_fmt(report['roc_auc'], pct=False)}"]
+    lines = [f"problems: {report['num_problems']}  ({report.get('dataset')}/"
+             f"{report.get('split')})"]
+    if "greedy_accuracy" in report:
+        lines.append(f"greedy accuracy: {_fmt(report['greedy_accuracy'])}")
+    if report.get("k"):
+        k = report["k"]
+        lines += [f"avg@{k}: {_fmt(report['avg_at_k'])}", f"pass@{k}: {_fmt(report['pass_at_k'])}"]
+    lines.append(f"mean response length: {_fmt(report['mean_response_length'], pct=False)} tokens")
+    return lines
+
+
+def _evaluate_rm(f, t0: float) -> dict:
+    from coop_jax.eval.evaluate import evaluate_reward_model
+
+    cfg, params, tokenizer, config, _, source = _load_model(f, "rm")
+    if not cfg.is_reward_model:
+        raise UsageError("--rm_triples needs a reward model, but the loaded model is a causal LM "
+                         "(use a *ForSequenceClassification folder or a checkpoint with an RM)")
+    triples = _read_triples(f.rm_triples)
+    try:
+        report, rows = evaluate_reward_model(
+            params, cfg, tokenizer, triples, max_len=_pick(f.max_len, config.cooper.max_len),
+            batch_size=_pick(f.batch_size, config.eval.batch_size))
+    except ValueError as e:
+        raise UsageError(f"--rm_triples {f.rm_triples}: {e}") from e
+    report.update(mode="rm", source=source, rm_triples=os.path.abspath(f.rm_triples),
+                  wall_seconds=time.time() - t0)
+    _write_outputs(f.out, report, rows)
+    return report
+
+
+def _evaluate_policy(f, t0: float) -> dict:
+    from coop_jax.data import DATASETS, PROMPT_TEMPLATES, SyntheticConfig, load_split
+    from coop_jax.eval.evaluate import evaluate_policy
+    from coop_jax.verify import RuleVerifier
+
+    cfg, params, tokenizer, config, config_given, source = _load_model(f, "policy")
+    if cfg.is_reward_model:
+        raise UsageError("the loaded model is a reward model; pass --rm_triples to evaluate it")
+    dataset = _pick(f.dataset, config.data.dataset)
+    if dataset not in DATASETS:
+        raise UsageError(f"--dataset must be one of {list(DATASETS)}, got {dataset!r}")
+    data_dir = _pick(f.data_dir, config.data.data_dir) or None
+    if dataset != "synthetic" and not data_dir:
+        raise UsageError(f"--data_dir is required for --dataset={dataset}")
+    template = _pick(f.template, config.data.prompt_template if config_given
+                     else DEFAULT_TEMPLATES[dataset])
+    if template not in PROMPT_TEMPLATES:
+        raise UsageError(f"--template must be one of {sorted(PROMPT_TEMPLATES)}, got {template!r}")
+    chat = bool(_pick(f.chat, config.data.chat_template))
+    if chat and not getattr(tokenizer, "chat_template", None):
+        raise UsageError("--chat (or config.data.chat_template) needs a tokenizer with a chat "
+                         "template; this one has none")
+    synthetic = (SyntheticConfig(**config.data.synthetic.to_dict())
+                 if dataset == "synthetic" else None)
+    try:
+        records = load_split(dataset, f.split, data_dir=data_dir, num_examples=f.num_examples,
+                             seed=int(config.seed), synthetic=synthetic)
+    except (ValueError, FileNotFoundError) as e:
+        raise UsageError(f"--dataset={dataset} --split={f.split}: {e}") from e
+    logging.info("evaluating %d %s/%s problems, template %r", len(records), dataset, f.split,
+                 template)
+    with RuleVerifier(num_workers=int(config.verifier.num_workers),
+                      timeout_s=float(config.verifier.timeout_s)) as verifier:
+        report, rows = evaluate_policy(
+            params, cfg, tokenizer, records, template=template, chat=chat, verifier=verifier,
+            k=f.k, temperature=f.temperature, top_p=f.top_p, greedy=f.greedy,
+            max_prompt_len=_pick(f.max_prompt_len, config.data.max_prompt_len),
+            max_new_tokens=_pick(f.max_new_tokens, config.rollout.max_new_tokens),
+            batch_size=_pick(f.batch_size, config.eval.batch_size), seed=f.seed,
+            kernel_impl=config.kernels.impl)
+    report.update(mode="policy", source=source, dataset=dataset, split=f.split,
+                  data_dir=os.path.abspath(data_dir) if data_dir else None,
+                  wall_seconds=time.time() - t0)
+    _write_outputs(f.out, report, rows)
+    return report
+
+
+def main(argv: list[str]) -> dict[str, Any]:
+    """Parse `argv` (argv[0] is the program name), evaluate, write OUT/, return the report."""
+    argv = [_ARG_ALIASES.get(a, a) for a in argv]
+    fv = flags.FlagValues()
+    define_flags(fv, argv)
+    try:
+        rest = fv(argv)
+    except flags.Error as e:
+        raise UsageError(str(e)) from e
+    if len(rest) > 1:
+        raise UsageError(f"unexpected positional arguments: {rest[1:]}")
+    _validate(fv)
+    t0 = time.time()
+    report = _evaluate_rm(fv, t0) if fv.rm_triples else _evaluate_policy(fv, t0)
+    for line in summary_lines(report):
+        print(line)
+    print(f"wrote {os.path.join(fv.out, 'report.json')} and samples.jsonl")
+    return report
+
+
+def run() -> None:
+    """Console-script entry point."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        main(sys.argv)
+    except UsageError as e:
+        print(f"coop-eval: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    run()

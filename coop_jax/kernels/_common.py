@@ -1,0 +1,101 @@
+"""Shared pieces of the fused kernels: impl selection, tile sizes, online softmax statistics.
+
+The online statistics of one row over the logits seen so far are
+``m`` (running max), ``s = sum exp(z - m)`` and ``t = sum exp(z - m) (z - m)``, from which
+``lse = m + log s``, ``E_p[z] = m + t / s`` and ``entropy = log s - t / s``. All helpers keep a
+trailing singleton axis (shape ``[rows, 1]``) so the same code runs in XLA and in Pallas kernels.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+M_INIT = -1e30  # finite "minus infinity": keeps (m_old - m_new) * 0 free of NaN
+GREEDY_TEMPERATURE = 1e-6
+IMPLS = ("auto", "reference", "xla", "pallas", "pallas_tpu", "pallas_gpu")
+
+
+def resolve_impl(impl: str, interpret: object) -> str:
+    """Map ``impl`` (see ``IMPLS``) to a concrete one: reference, xla, pallas_tpu or pallas_gpu."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    backend = jax.default_backend()
+    if impl == "auto":
+        return {"tpu": "pallas_tpu", "gpu": "pallas_gpu"}.get(backend, "xla")
+    if impl == "pallas":
+        if backend in ("tpu", "gpu"):
+            return f"pallas_{backend}"
+        if not interpret:
+            raise ValueError("impl='pallas' needs a TPU/GPU backend or interpret=True on CPU")
+        return "pallas_tpu"  # CPU interpret mode: the TPU flavour unless asked for pallas_gpu
+    # explicit pallas_tpu / pallas_gpu are not checked here so they can be exported
+    # cross-platform (jax.export with platforms=["tpu"] / ["cuda"]) from a CPU host
+    return impl
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return cdiv(a, b) * b
+
+
+def default_xla_vocab_tile(num_rows: int, vocab: int) -> int:
+    """Tile so that one [rows, tile] f32 temporary is about 8 MiB, in [512, 8192], lane aligned."""
+    tile = 2 ** int(math.floor(math.log2(max(1, (2 ** 21) // max(num_rows, 1)))))
+    return min(max(tile, 512), 8192, round_up(vocab, 128))
+
+
+def check_tile(name: str, tile: int, multiple: int) -> None:
+    if not isinstance(tile, int) or tile <= 0 or tile % multiple:
+        raise ValueError(f"{name} must be a positive multiple of {multiple}, got {tile!r}")
+
+
+def init_stats(rows: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return (jnp.full((rows, 1), M_INIT, jnp.float32), jnp.zeros((rows, 1), jnp.float32),
+            jnp.zeros((rows, 1), jnp.float32))
+
+
+def update_stats(m: jax.Array, s: jax.Array, t: jax.Array, z: jax.Array, valid: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Fold a [rows, tile] block of logits ``z`` (``valid`` marks real columns) into (m, s, t)."""
+    m_tile = jnp.max(jnp.where(valid, z, -jnp.inf), axis=1, keepdims=True)
+    m_new = jnp.maximum(m, m_tile)
+    d = jnp.where(valid, z - m_new, 0.0)
+    p = jnp.where(valid, jnp.exp(d), 0.0)
+    a = jnp.exp(m - m_new)
+    s_new = a * s + jnp.sum(p, axis=1, keepdims=True)
+    t_new = a * (t + (m - m_new) * s) + jnp.sum(p * d, axis=1, keepdims=True)
+    return m_new, s_new, t_new
+
+
+def merge_stats(m: jax.Array, s: jax.Array, t: jax.Array, axis: int = 0
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Combine partial statistics stacked along ``axis`` (e.g. one per vocab split)."""
+    m_all = jnp.max(m, axis=axis, keepdims=True)
+    a = jnp.exp(m - m_all)
+    s_all = jnp.sum(a * s, axis=axis)
+    t_all = jnp.sum(a * (t + (m - m_all) * s), axis=axis)
+    return jnp.squeeze(m_all, axis), s_all, t_all
+
+
+def finish_stats(m: jax.Array, s: jax.Array, t: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Return (lse, E_p[z], entropy) from the online statistics."""
+    log_s = jnp.log(s)
+    mean_d = t / s
+    return m + log_s, m + mean_d, log_s - mean_d
+
+
+def dlogits(z: jax.Array, valid: jax.Array, onehot: jax.Array, lse: jax.Array, ez: jax.Array,
+            g_lp: jax.Array, g_ent: jax.Array, temperature: jax.Array) -> jax.Array:
+    """Cotangent of the raw logits x = z * T for one tile (zero on padded columns).
+
+    d logp / dz = onehot - p and d entropy / dz = -p (z - E[z]); z = x / T adds the 1/T factor.
+    """
+    p = jnp.where(valid, jnp.exp(jnp.where(valid, z, 0.0) - lse), 0.0)
+    dz = g_lp * (onehot.astype(jnp.float32) - p) - g_ent * p * (z - ez)
+    return jnp.where(valid, dz, 0.0) / temperature

@@ -1,0 +1,126 @@
+"""Fused log-prob + entropy of the unembedding, with a custom VJP that never builds [N, V]."""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from coop_jax.kernels import _common
+from coop_jax.kernels import pallas_gpu
+from coop_jax.kernels import pallas_tpu
+from coop_jax.kernels import reference
+from coop_jax.kernels import xla_impl
+
+
+class _Spec(NamedTuple):
+    impl: str
+    vocab_tile: int
+    row_tile: int
+    interpret: Any
+
+
+def _xla_fwd(spec, h, w, tgt, temp):
+    return xla_impl.logprobs_fwd(h, w, tgt, temp, spec.vocab_tile)
+
+
+def _xla_bwd(spec, h, w, tgt, temp, lse, ez, g_lp, g_ent):
+    return xla_impl.logprobs_bwd(h, w, tgt, temp, lse, ez, g_lp, g_ent, spec.vocab_tile)
+
+
+def _pallas(module, name):
+    def run(spec, *args):
+        return getattr(module, name)(*args, row_tile=spec.row_tile, vocab_tile=spec.vocab_tile,
+                                     interpret=spec.interpret)
+    return run
+
+
+# impl -> (forward: (logp, entropy, lse, E[z]), backward: (dh, dW), default tiles (row, vocab))
+_BACKENDS = {
+    "xla": (_xla_fwd, _xla_bwd, None),
+    "pallas_tpu": (_pallas(pallas_tpu, "logprobs_fwd"), _pallas(pallas_tpu, "logprobs_bwd"),
+                   (pallas_tpu.DEFAULT_ROW_TILE, pallas_tpu.DEFAULT_VOCAB_TILE)),
+    "pallas_gpu": (_pallas(pallas_gpu, "logprobs_fwd"), _pallas(pallas_gpu, "logprobs_bwd"),
+                   (pallas_gpu.DEFAULT_ROW_TILE, pallas_gpu.DEFAULT_VOCAB_TILE)),
+}
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _fused(spec: _Spec, hidden, unembed, targets, temperature):
+    logp, ent, _, _ = _BACKENDS[spec.impl][0](spec, hidden, unembed, targets, temperature)
+    return logp, ent
+
+
+def _fused_fwd(spec, hidden, unembed, targets, temperature):
+    logp, ent, lse, ez = _BACKENDS[spec.impl][0](spec, hidden, unembed, targets, temperature)
+    return (logp, ent), (hidden, unembed, targets, temperature, lse, ez)
+
+
+def _fused_bwd(spec, res, cotangents):
+    hidden, unembed, targets, temperature, lse, ez = res
+    ok = (targets >= 0) & (targets < unembed.shape[1])
+    g_lp, g_ent = (jnp.where(ok, g.astype(jnp.float32), 0.0) for g in cotangents)
+    dh, dw = _BACKENDS[spec.impl][1](spec, hidden, unembed, targets, temperature, lse, ez,
+                                     g_lp, g_ent)
+    return dh, dw, None, jnp.zeros_like(temperature)
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def _validate(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, temperature) -> None:
+    if hidden.ndim != 2:
+        raise ValueError(f"hidden must be [N, D] (reshape leading dims), got shape {hidden.shape}")
+    if unembed.ndim != 2 or unembed.shape[0] != hidden.shape[1]:
+        raise ValueError(f"unembed must be [D={hidden.shape[1]}, V], got shape {unembed.shape}")
+    if targets.shape != hidden.shape[:1] or not jnp.issubdtype(targets.dtype, jnp.integer):
+        raise ValueError(f"targets must be int [N={hidden.shape[0]}], got {targets.dtype} "
+                         f"{targets.shape}")
+    for name, x in (("hidden", hidden), ("unembed", unembed)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise ValueError(f"{name} must be floating point, got {x.dtype}")
+    if isinstance(temperature, (int, float)) and not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+
+
+def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
+                   temperature: float | jax.Array = 1.0, impl: str = "auto",
+                   interpret: Any = False, vocab_tile: int | None = None,
+                   row_tile: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """Log-prob of ``targets`` and entropy under ``softmax(hidden @ unembed / temperature)``.
+
+    Args:
+      hidden: [N, D] final hidden states (f32 or bf16; accumulation is always f32).
+      unembed: [D, V] unembedding matrix.
+      targets: [N] int token ids. Rows whose target is outside [0, V) (use -1) are masked:
+        logp = entropy = 0 there and they contribute no gradient.
+      temperature: > 0, Python float or scalar array (treated as a constant, no gradient).
+      impl: "auto" (Pallas on TPU/GPU, "xla" elsewhere), "reference" (materialised [N, V]),
+        "xla" (scan over vocab tiles), "pallas" (TPU or GPU kernel by backend; on CPU the TPU
+        kernel in interpret mode), "pallas_tpu" / "pallas_gpu" (force one kernel flavour).
+      interpret: Pallas interpret mode: False, True or ``pltpu.InterpretParams(...)``.
+      vocab_tile, row_tile: tile sizes (defaults per impl).
+
+    Returns:
+      (logp [N], entropy [N]), float32. Differentiable w.r.t. hidden and unembed; the backward
+      recomputes logits tile by tile from the saved per-row log-sum-exp and E[z].
+    """
+    _validate(hidden, unembed, targets, temperature)
+    impl = _common.resolve_impl(impl, interpret)
+    temp = jnp.asarray(temperature, jnp.float32)
+    if temp.shape != ():
+        raise ValueError(f"temperature must be a scalar, got shape {temp.shape}")
+    if impl == "reference":
+        return reference.logprobs(hidden, unembed, targets, jax.lax.stop_gradient(temp))
+    defaults = _BACKENDS[impl][2]
+    if vocab_tile is None:
+        vocab_tile = (defaults[1] if defaults else
+                      _common.default_xla_vocab_tile(hidden.shape[0], unembed.shape[1]))
+    if defaults is None:
+        _common.check_tile("vocab_tile", vocab_tile, 1)
+    row_tile = row_tile if row_tile is not None else (defaults[0] if defaults else 0)
+    dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
+    spec = _Spec(impl, vocab_tile, row_tile, interpret)
+    return _fused(spec, hidden.astype(dtype), unembed.astype(dtype), targets.astype(jnp.int32),
+                  jax.lax.stop_gradient(temp))

@@ -1,0 +1,263 @@
+"""Pallas Triton (GPU) kernels (also run on CPU in interpret mode).
+
+Triton tensors need power-of-two sizes, so every in-kernel tile is [bn, bd] x [bd, bv] with the
+hidden size walked in ``bd`` chunks and masked loads at the edges (D and V need not be powers of
+two). Design:
+  * forward: grid (row blocks, vocab splits); each program loops over ``tiles_per_program``
+    vocab tiles keeping (m, s, t, target logit) in registers; splits are merged in XLA;
+  * backward: grid (row blocks, vocab tiles); each program recomputes its logits tile once and
+    atomically adds dx @ W^T into a padded f32 dh and h^T @ dx into a padded f32 dW (the
+    cut-cross-entropy scheme); the accumulators are zero inputs aliased to the outputs;
+  * sampler: grid (row blocks, vocab tiles), one set of partials per program, merged in XLA.
+f32 matmuls use Triton's default TF32 precision, as XLA does on GPU. Untested on GPU hardware:
+only interpret mode runs in CI.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from coop_jax.kernels import _common
+from coop_jax.kernels import rng
+
+DEFAULT_ROW_TILE = 64
+DEFAULT_VOCAB_TILE = 128
+DEFAULT_SAMPLE_ROW_TILE = 16
+DEFAULT_SAMPLE_VOCAB_TILE = 256  # wider tiles: fewer per-tile top-k candidates to merge
+DIM_TILE = 64
+TILES_PER_PROGRAM = 8
+_INT_MAX = 2 ** 31 - 1
+
+
+def _pow2(name: str, value: int) -> None:
+    if not isinstance(value, int) or value < 16 or value & (value - 1):
+        raise ValueError(
+            f"{name} must be a power of two >= 16 for the Triton kernels, got {value!r}")
+
+
+class _Geo:
+    """Static tiling of an [n, dim] x [dim, vocab] problem."""
+
+    def __init__(self, n: int, dim: int, vocab: int, row_tile: int, vocab_tile: int):
+        _pow2("row_tile", row_tile)
+        _pow2("vocab_tile", vocab_tile)
+        self.n, self.dim, self.vocab = n, dim, vocab
+        self.bn = min(row_tile, max(16, pl.next_power_of_2(n)))
+        self.bv = min(vocab_tile, max(16, pl.next_power_of_2(vocab)))
+        self.bd = min(DIM_TILE, max(16, pl.next_power_of_2(dim)))
+        self.n_pad = _common.round_up(n, self.bn)
+        self.d_pad = _common.round_up(dim, self.bd)
+        self.tiles = _common.cdiv(vocab, self.bv)
+        self.v_pad = self.tiles * self.bv
+
+
+def _pad_rows(x: jax.Array, rows: int, value=0) -> jax.Array:
+    return jnp.pad(x, [(0, rows - x.shape[0])] + [(0, 0)] * (x.ndim - 1), constant_values=value)
+
+
+def _params(num_warps: int = 4) -> plgpu.CompilerParams:
+    return plgpu.CompilerParams(num_warps=num_warps, num_stages=2)
+
+
+def _logits_tile(h_ref, w_ref, row0, col0, g: _Geo, bn: int) -> tuple[jax.Array, jax.Array]:
+    """f32 [bn, bv] logits of rows [row0, row0 + bn) and columns [col0, col0 + bv)."""
+    cols = col0 + jnp.arange(g.bv, dtype=jnp.int32)
+    col_ok = cols < g.vocab
+
+    def body(k, acc):
+        dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
+        d_ok = dk < g.dim
+        h = plgpu.load(h_ref.at[pl.ds(row0, bn), pl.ds(k * g.bd, g.bd)],
+                       mask=d_ok[None, :], other=0.0)
+        w = plgpu.load(w_ref.at[pl.ds(k * g.bd, g.bd), pl.ds(col0, g.bv)],
+                       mask=d_ok[:, None] & col_ok[None, :], other=0.0)
+        return acc + jnp.dot(h, w, preferred_element_type=jnp.float32)
+
+    acc = lax.fori_loop(0, g.d_pad // g.bd, body, jnp.zeros((bn, g.bv), jnp.float32))
+    return acc, jnp.broadcast_to(cols[None, :], (bn, g.bv))
+
+
+def _full(shape) -> pl.BlockSpec:
+    return pl.BlockSpec(shape, lambda *_: (0,) * len(shape))
+
+
+# ----------------------------------------------------------------------------- log-probs
+
+def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *, g: _Geo):
+    i, sp = pl.program_id(0), pl.program_id(1)
+    temp = temp_ref[0]
+    tgt = tgt_ref[...][:, None]
+    lo = sp * TILES_PER_PROGRAM
+    hi = jnp.minimum(lo + TILES_PER_PROGRAM, g.tiles)
+
+    def body(jt, carry):
+        m, s, t, zt = carry
+        x, cols = _logits_tile(h_ref, w_ref, i * g.bn, jt * g.bv, g, g.bn)
+        z = x / temp
+        valid = cols < g.vocab
+        m, s, t = _common.update_stats(m, s, t, z, valid)
+        zt = zt + jnp.sum(jnp.where(valid & (cols == tgt), z, 0.0), axis=1, keepdims=True)
+        return m, s, t, zt
+
+    init = (*_common.init_stats(g.bn), jnp.zeros((g.bn, 1), jnp.float32))
+    outs = lax.fori_loop(lo, hi, body, init)
+    for ref, val in zip((m_ref, s_ref, t_ref, zt_ref), outs):
+        ref[...] = jnp.squeeze(val, 1)
+
+
+def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
+                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret
+                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    n, dim = hidden.shape
+    g = _Geo(n, dim, unembed.shape[1], row_tile, vocab_tile)
+    splits = _common.cdiv(g.tiles, TILES_PER_PROGRAM)
+    part = pl.BlockSpec((None, g.bn), lambda i, sp: (sp, i))
+    m, s, t, zt = pl.pallas_call(
+        functools.partial(_fwd_kernel, g=g),
+        grid=(g.n_pad // g.bn, splits),
+        in_specs=[_full((1,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad)),
+                  pl.BlockSpec((g.bn,), lambda i, sp: (i,))],
+        out_specs=[part] * 4,
+        out_shape=[jax.ShapeDtypeStruct((splits, g.n_pad), jnp.float32)] * 4,
+        compiler_params=_params(),
+        interpret=interpret,
+        name="fused_logprobs_fwd_triton",
+    )(temperature.reshape(1), _pad_rows(hidden, g.n_pad), unembed,
+      _pad_rows(targets, g.n_pad, -1))
+    m, s, t = _common.merge_stats(m, s, t, axis=0)
+    lse, ez, ent = _common.finish_stats(m, s, t)
+    ok = (targets >= 0) & (targets < g.vocab)
+    logp = jnp.where(ok, jnp.sum(zt, axis=0)[:n] - lse[:n], 0.0)
+    return logp, jnp.where(ok, ent[:n], 0.0), lse[:n], ez[:n]
+
+
+def _bwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_ref,
+                dh_in, dw_in, dh_ref, dw_ref, *, g: _Geo):
+    del dh_in, dw_in  # aliased to dh_ref / dw_ref
+    i, j = pl.program_id(0), pl.program_id(1)
+    temp = temp_ref[0]
+    row0, col0 = i * g.bn, j * g.bv
+    x, cols = _logits_tile(h_ref, w_ref, row0, col0, g, g.bn)
+    col = lambda r: r[...][:, None]
+    dx = _common.dlogits(x / temp, cols < g.vocab, cols == col(tgt_ref), col(lse_ref),
+                         col(ez_ref), col(glp_ref), col(gent_ref), temp)
+    dx = dx.astype(w_ref.dtype)
+    col_ok = (col0 + jnp.arange(g.bv, dtype=jnp.int32)) < g.vocab
+
+    def body(k, carry):
+        dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
+        d_ok = dk < g.dim
+        h = plgpu.load(h_ref.at[pl.ds(row0, g.bn), pl.ds(k * g.bd, g.bd)],
+                       mask=d_ok[None, :], other=0.0)
+        w = plgpu.load(w_ref.at[pl.ds(k * g.bd, g.bd), pl.ds(col0, g.bv)],
+                       mask=d_ok[:, None] & col_ok[None, :], other=0.0)
+        plgpu.atomic_add(dh_ref, (pl.ds(row0, g.bn), pl.ds(k * g.bd, g.bd)),
+                         jnp.dot(dx, w.T, preferred_element_type=jnp.float32))
+        plgpu.atomic_add(dw_ref, (pl.ds(k * g.bd, g.bd), pl.ds(col0, g.bv)),
+                         jnp.dot(h.T, dx, preferred_element_type=jnp.float32))
+        return carry
+
+    lax.fori_loop(0, g.d_pad // g.bd, body, 0)
+
+
+def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
+                 temperature: jax.Array, lse: jax.Array, ez: jax.Array, g_lp: jax.Array,
+                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret
+                 ) -> tuple[jax.Array, jax.Array]:
+    n, dim = hidden.shape
+    g = _Geo(n, dim, unembed.shape[1], row_tile, vocab_tile)
+    row = pl.BlockSpec((g.bn,), lambda i, j: (i,))
+    pad = functools.partial(_pad_rows, rows=g.n_pad)
+    dh, dw = pl.pallas_call(
+        functools.partial(_bwd_kernel, g=g),
+        grid=(g.n_pad // g.bn, g.tiles),
+        in_specs=[_full((1,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))]
+        + [row] * 5 + [_full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
+        out_specs=[_full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
+        out_shape=[jax.ShapeDtypeStruct((g.n_pad, g.d_pad), jnp.float32),
+                   jax.ShapeDtypeStruct((g.d_pad, g.v_pad), jnp.float32)],
+        input_output_aliases={8: 0, 9: 1},
+        compiler_params=_params(num_warps=8),  # dx tile + two partial products live at once
+        interpret=interpret,
+        name="fused_logprobs_bwd_triton",
+    )(temperature.reshape(1), pad(hidden), unembed, pad(targets, value=-1), pad(lse), pad(ez),
+      pad(g_lp), pad(g_ent), jnp.zeros((g.n_pad, g.d_pad), jnp.float32),
+      jnp.zeros((g.d_pad, g.v_pad), jnp.float32))
+    return dh[:n, :dim].astype(hidden.dtype), dw[:dim, :g.vocab].astype(unembed.dtype)
+
+
+# ----------------------------------------------------------------------------- sampler
+
+def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref, bi_ref, bz_ref,
+                   *cand_refs, g: _Geo, num_cand: int):
+    i, j = pl.program_id(0), pl.program_id(1)
+    temp = temp_ref[...][:, None]
+    greedy = temp <= _common.GREEDY_TEMPERATURE
+    x, cols = _logits_tile(h_ref, w_ref, i * g.bn, j * g.bv, g, g.bn)
+    z = x / jnp.where(greedy, 1.0, temp)
+    rows = i * g.bn + jnp.arange(g.bn, dtype=jnp.int32)[:, None]
+    valid = cols < g.vocab
+    m, s, t = _common.update_stats(*_common.init_stats(g.bn), z, valid)
+    noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.vocab)
+    score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
+    best = jnp.max(score, axis=1, keepdims=True)
+    pos = jnp.min(jnp.where(score == best, cols, _INT_MAX), axis=1, keepdims=True)
+    bz = jnp.sum(jnp.where(cols == pos, z, 0.0), axis=1, keepdims=True)
+    for ref, val in zip((m_ref, s_ref, t_ref, bs_ref, bi_ref, bz_ref), (m, s, t, best, pos, bz)):
+        ref[...] = jnp.squeeze(val, 1)
+    if num_cand:
+        cz_ref, ci_ref = cand_refs
+        width = cz_ref.shape[-1]  # power of two >= num_cand; extra lanes hold -inf
+        vals = jnp.where(valid, z, -jnp.inf)
+        lane = jnp.arange(width, dtype=jnp.int32)[None, :]
+
+        def body(r, carry):
+            vals, cz, ci = carry
+            mx = jnp.max(vals, axis=1, keepdims=True)
+            am = jnp.min(jnp.where(vals == mx, cols, _INT_MAX), axis=1, keepdims=True)
+            cz = jnp.where(lane == r, mx, cz)
+            ci = jnp.where(lane == r, am, ci)
+            return jnp.where(cols == am, -jnp.inf, vals), cz, ci
+
+        init = (vals, jnp.full((g.bn, width), -jnp.inf, jnp.float32),
+                jnp.zeros((g.bn, width), jnp.int32))
+        _, cz, ci = lax.fori_loop(0, num_cand, body, init)
+        cz_ref[...], ci_ref[...] = cz, ci
+
+
+def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
+                    temperature: jax.Array, num_cand: int, *, row_tile: int, vocab_tile: int,
+                    interpret):
+    """Same contract as ``pallas_tpu.sample_partials``."""
+    b, dim = hidden.shape
+    g = _Geo(b, dim, unembed.shape[1], row_tile, vocab_tile)
+    rng.check_counter_range(g.n_pad, g.vocab)
+    c = min(num_cand, g.bv)
+    part = pl.BlockSpec((None, g.bn), lambda i, j: (j, i))
+    f32 = jax.ShapeDtypeStruct((g.tiles, g.n_pad), jnp.float32)
+    out_specs = [part] * 6
+    out_shape = [f32] * 4 + [jax.ShapeDtypeStruct((g.tiles, g.n_pad), jnp.int32), f32]
+    if c:
+        width = max(16, pl.next_power_of_2(c))
+        out_specs += [pl.BlockSpec((None, g.bn, width), lambda i, j: (j, i, 0))] * 2
+        out_shape += [jax.ShapeDtypeStruct((g.tiles, g.n_pad, width), jnp.float32),
+                      jax.ShapeDtypeStruct((g.tiles, g.n_pad, width), jnp.int32)]
+    out = pl.pallas_call(
+        functools.partial(_sample_kernel, g=g, num_cand=c),
+        grid=(g.n_pad // g.bn, g.tiles),
+        in_specs=[_full((2,)), pl.BlockSpec((g.bn,), lambda i, j: (i,)),
+                  _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
+        out_specs=out_specs,
+        out_shape=out_shape,
+        compiler_params=_params(),
+        interpret=interpret,
+        name="fused_sample_triton",
+    )(words, _pad_rows(temperature, g.n_pad, 1.0), _pad_rows(hidden, g.n_pad), unembed)
+    m, s, t, best_s, best_i, best_z = (o[:, :b, None] for o in out[:6])
+    cands = (out[6][:, :b, :c], out[7][:, :b, :c]) if c else None
+    return (m, s, t), best_s, best_i, best_z, cands

@@ -1,0 +1,110 @@
+"""Fused decode sampler: logits tile by tile, Gumbel-max with jax.random's exact noise."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from coop_jax.kernels import _common
+from coop_jax.kernels import filtering
+from coop_jax.kernels import pallas_gpu
+from coop_jax.kernels import pallas_tpu
+from coop_jax.kernels import reference
+from coop_jax.kernels import rng
+from coop_jax.kernels import xla_impl
+
+DEFAULT_MAX_CANDIDATES = 128
+
+
+def _merge_partials(stats, best_s, best_i, best_z, cands, num_cand):
+    """Reduce per-vocab-tile partials ([tiles, B, 1], candidates [tiles, B, c]) to one row each."""
+    m, s, t = _common.merge_stats(*stats, axis=0)
+    tile = jnp.argmax(best_s, axis=0)[None]  # first tile wins ties = lowest vocab index
+    best_i = jnp.take_along_axis(best_i, tile, axis=0)[0]
+    best_z = jnp.take_along_axis(best_z, tile, axis=0)[0]
+    if cands is None:
+        return (m, s, t), best_i, best_z, None, None
+    cz, ci = (jnp.swapaxes(c, 0, 1).reshape(c.shape[1], -1) for c in cands)
+    cand_z, pos = lax.top_k(cz, num_cand)
+    return (m, s, t), best_i, best_z, cand_z, jnp.take_along_axis(ci, pos, axis=1)
+
+
+def _pallas(module):
+    def run(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret):
+        parts = module.sample_partials(
+            words, hidden, unembed, temperature, num_cand,
+            row_tile=row_tile or module.DEFAULT_SAMPLE_ROW_TILE,
+            vocab_tile=vocab_tile or module.DEFAULT_SAMPLE_VOCAB_TILE, interpret=interpret)
+        return _merge_partials(*parts, num_cand)
+    return run
+
+
+def _xla(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret):
+    del row_tile, interpret
+    tile = vocab_tile or _common.default_xla_vocab_tile(hidden.shape[0], unembed.shape[1])
+    return xla_impl.sample(words, hidden, unembed, temperature, num_cand, tile)
+
+
+_BACKENDS = {
+    "xla": _xla,
+    "pallas_tpu": _pallas(pallas_tpu),
+    "pallas_gpu": _pallas(pallas_gpu),
+}
+
+
+def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
+                 temperature: jax.Array | float, top_k: int = 0, top_p: float = 1.0, *,
+                 impl: str = "auto", interpret: Any = False, vocab_tile: int | None = None,
+                 row_tile: int | None = None,
+                 max_candidates: int = DEFAULT_MAX_CANDIDATES
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Sample one token per row from ``softmax(hidden @ unembed / temperature)``.
+
+    Unfiltered sampling returns exactly ``jax.random.categorical(key, logits / T)`` for the same
+    key (threefry, default config). Rows with ``temperature <= 1e-6`` are greedy (argmax).
+    Top-k / top-p follow ``filtering.py``: top-k first, then top-p over the (renormalised)
+    survivors; without top-k the nucleus is capped at ``max_candidates`` tokens.
+
+    Args:
+      key: one PRNG key (typed or raw uint32[2], threefry2x32).
+      hidden: [B, D]; unembed: [D, V]; temperature: [B] or scalar.
+      top_k: static int, 0 = off. top_p: static float in (0, 1], 1.0 = off.
+      impl / interpret / vocab_tile / row_tile: as in ``fused_logprobs``.
+
+    Returns:
+      tokens [B] int32; logp [B] and entropy [B] (float32) of the temperature-scaled,
+      *unfiltered* distribution (the behaviour log-prob a learner at the same temperature
+      recomputes); both are 0 for greedy rows (the T -> 0 limit).
+    """
+    if hidden.ndim != 2 or unembed.ndim != 2 or unembed.shape[0] != hidden.shape[1]:
+        raise ValueError(f"hidden must be [B, D] and unembed [D, V]; got {hidden.shape}, "
+                         f"{unembed.shape}")
+    b, vocab = hidden.shape[0], unembed.shape[1]
+    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
+    num_cand = filtering.num_candidates(top_k, top_p, max_candidates, vocab)
+    filtered = top_k > 0 or top_p < 1.0
+    impl = _common.resolve_impl(impl, interpret)
+    if impl == "reference":
+        return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates)
+    rng.check_rng_config()
+    rng.check_counter_range(b, vocab)
+    words = rng.key_words(key)
+    dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
+    stats, best_i, best_z, cand_z, cand_i = _BACKENDS[impl](
+        words, hidden.astype(dtype), unembed.astype(dtype), temperature,
+        num_cand if filtered else 0, vocab_tile, row_tile, interpret)
+    lse, _, entropy = _common.finish_stats(*stats)
+    best_i, best_z, lse, entropy = best_i[:, 0], best_z[:, 0], lse[:, 0], entropy[:, 0]
+    greedy = temperature <= _common.GREEDY_TEMPERATURE
+    if filtered:
+        keep = filtering.keep_mask(cand_z, lse, top_k, top_p)
+        tok_f, z_f = filtering.pick(words, cand_z, cand_i, keep, vocab)
+        tokens = jnp.where(greedy, best_i, tok_f)
+        z_tok = jnp.where(greedy, best_z, z_f)
+    else:
+        tokens, z_tok = best_i, best_z
+    zero = jnp.zeros_like(lse)
+    return (tokens.astype(jnp.int32), jnp.where(greedy, zero, z_tok - lse),
+            jnp.where(greedy, zero, entropy))

@@ -1,0 +1,253 @@
+"""Clipped policy-gradient loss (PPO / GRPO / DAPO / Dr.GRPO / GSPO) and loss aggregations.
+
+Everything here is jit-traceable with static shapes. Masks may be bool or float weights
+(e.g. the token mask times an overlong loss weight); masked positions never contribute,
+even if the arrays hold NaN or inf there, and an all-masked batch gives loss 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from coop_jax.rl._registry import lookup
+from coop_jax.rl.kl import KL_ESTIMATORS, kl_penalty
+
+AggFn = Callable[[jax.Array, jax.Array, int], jax.Array]
+
+# Bound on |log ratio| before exp (as verl): keeps exp finite and its gradient NaN-free.
+_MAX_LOG_RATIO = 20.0
+
+
+def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
+    return num / jnp.where(den > 0, den, 1.0)
+
+
+def _masked(values: jax.Array, weights: jax.Array) -> jax.Array:
+    # where, not a bare product: 0 * NaN would leak NaN from padding.
+    return jnp.where(weights > 0, values * weights, 0.0)
+
+
+def token_mean(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
+    """Sum over valid tokens / number of valid tokens in the batch (DAPO)."""
+    del max_len
+    return _safe_div(jnp.sum(_masked(values, weights)), jnp.sum(weights))
+
+
+def seq_mean_token_mean(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
+    """Token mean per sequence, then mean over sequences with >= 1 valid token (GRPO)."""
+    del max_len
+    seq_w = jnp.sum(weights, axis=-1)
+    per_seq = _safe_div(jnp.sum(_masked(values, weights), axis=-1), seq_w)
+    has_tokens = (seq_w > 0).astype(per_seq.dtype)
+    return _safe_div(jnp.sum(per_seq * has_tokens), jnp.sum(has_tokens))
+
+
+def seq_mean_token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
+    """Sum over valid tokens / (B * max_len), a constant normaliser (Dr.GRPO)."""
+    return jnp.sum(_masked(values, weights)) / (values.shape[0] * max_len)
+
+
+AGGREGATIONS: dict[str, AggFn] = {
+    "token_mean": token_mean,
+    "seq_mean_token_mean": seq_mean_token_mean,
+    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+}
+
+
+def _check_max_len(max_len: Optional[int], field: str = "max_len") -> None:
+    if max_len is not None and (
+        isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral) or max_len <= 0
+    ):
+        raise ValueError(f"{field} must be a positive int or None, got {max_len!r}")
+
+
+def aggregate(
+    name: str, values: jax.Array, mask: jax.Array, *, max_len: Optional[int] = None
+) -> jax.Array:
+    """Reduce ``values [B, T]`` under ``mask [B, T]`` to a scalar with aggregation ``name``.
+
+    ``max_len`` is the constant of ``seq_mean_token_sum_norm`` (default T).
+    """
+    fn = lookup(AGGREGATIONS, name, "aggregation")
+    values, mask = jnp.asarray(values), jnp.asarray(mask)
+    if values.ndim != 2 or mask.shape != values.shape:
+        raise ValueError(
+            f"values and mask must both be [B, T], got {values.shape} and {mask.shape}"
+        )
+    _check_max_len(max_len)
+    weights = mask.astype(jnp.float32)
+    return fn(values.astype(jnp.float32), weights, values.shape[1] if max_len is None else max_len)
+
+
+# --- per-token log importance ratio, by ratio level -------------------------------------------
+
+def _token_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array) -> jax.Array:
+    delta = jnp.where(weights > 0, logp - old_logp, 0.0)
+    return jnp.clip(delta, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+
+
+def _sequence_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array) -> jax.Array:
+    """GSPO log ratio: sg(log s_i) + logp - sg(logp), log s_i = masked mean of (logp - old).
+
+    The value equals log s_i at every token, and d/d logp_t = 1, so with seq_mean_token_mean
+    the gradient of sequence i is s_i / |y_i| * sum_t grad logp_t, as in the GSPO paper.
+    """
+    delta = jnp.where(weights > 0, logp - old_logp, 0.0)
+    log_s = _safe_div(jnp.sum(delta * weights, axis=-1), jnp.sum(weights, axis=-1))
+    log_s = jnp.clip(jax.lax.stop_gradient(log_s), -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    lp = jnp.where(weights > 0, logp, 0.0)
+    return log_s[:, None] + lp - jax.lax.stop_gradient(lp)
+
+
+RATIO_LEVELS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
+    "token": _token_log_ratio,
+    "sequence": _sequence_log_ratio,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """Policy-loss options. Frozen and hashable, so it can be a static jit argument.
+
+    clip_eps_low/high: ratio clipped to [1 - low, 1 + high] (DAPO clip-higher: high ~ 0.28).
+    clip_ratio_c: dual-clip bound (> 1) on the loss of negative-advantage tokens; None = off.
+    ratio_level: "token" (PPO/GRPO) or "sequence" (GSPO; pair with seq_mean_token_mean).
+    aggregation: a key of AGGREGATIONS; agg_max_len: its Dr.GRPO constant (None = T).
+    kl_coef / kl_estimator: KL-to-reference term in the loss (a key of KL_ESTIMATORS).
+    entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    """
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    clip_ratio_c: Optional[float] = None
+    ratio_level: str = "token"
+    aggregation: str = "token_mean"
+    kl_coef: float = 0.001
+    kl_estimator: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    agg_max_len: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        def number(field: str) -> float:
+            v = getattr(self, field)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"LossConfig.{field} must be a finite number, got {v!r}")
+            return float(v)
+
+        if not 0.0 <= number("clip_eps_low") < 1.0:
+            raise ValueError(f"LossConfig.clip_eps_low must be in [0, 1), got {self.clip_eps_low}")
+        if number("clip_eps_high") < 0.0:
+            raise ValueError(f"LossConfig.clip_eps_high must be >= 0, got {self.clip_eps_high!r}")
+        if self.clip_ratio_c is not None and number("clip_ratio_c") <= 1.0:
+            raise ValueError(
+                f"LossConfig.clip_ratio_c must be None or > 1, got {self.clip_ratio_c}"
+            )
+        if number("kl_coef") < 0.0:
+            raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef!r}")
+        number("entropy_coef")
+        lookup(RATIO_LEVELS, self.ratio_level, "LossConfig.ratio_level")
+        lookup(AGGREGATIONS, self.aggregation, "LossConfig.aggregation")
+        lookup(KL_ESTIMATORS, self.kl_estimator, "LossConfig.kl_estimator")
+        _check_max_len(self.agg_max_len, "LossConfig.agg_max_len")
+
+
+def _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy) -> None:
+    if logp.ndim != 2:
+        raise ValueError(f"logp must be [B, T], got shape {logp.shape}")
+    named = {"old_logp": old_logp, "mask": mask, "ref_logp": ref_logp, "entropy": entropy}
+    for field, arr in named.items():
+        if arr is not None and arr.shape != logp.shape:
+            raise ValueError(f"{field} must have shape {logp.shape} like logp, got {arr.shape}")
+    if advantages.shape != logp.shape[:1]:
+        raise ValueError(f"advantages must be [B]={logp.shape[:1]}, got shape {advantages.shape}")
+
+
+def policy_loss(
+    logp: jax.Array,
+    old_logp: jax.Array,
+    advantages: jax.Array,
+    mask: jax.Array,
+    cfg: LossConfig,
+    *,
+    ref_logp: Optional[jax.Array] = None,
+    entropy: Optional[jax.Array] = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Clipped surrogate + optional KL penalty and entropy bonus; returns (loss, metrics).
+
+    Per token: -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A), with dual clip
+    min(., -A * c) on A < 0 tokens when ``cfg.clip_ratio_c`` is set; rho is the token ratio
+    exp(logp - old_logp) or, for ``ratio_level="sequence"``, GSPO's sg(s_i) exp(logp - sg(logp)).
+    loss = agg(pg) + kl_coef * agg(KL(logp || ref_logp)) - entropy_coef * agg(entropy).
+
+    ``logp`` (and ``old_logp``/``ref_logp``) must be log-probs of the sampled tokens computed from
+    logits divided by the SAMPLING temperature, so they match the behaviour policy's.
+
+    Args: logp, old_logp, mask, ref_logp, entropy [B, T]; advantages [B] (one per sequence).
+    Metrics (scalars, stop-gradient): loss, pg_loss, kl, entropy (0 when not given, aggregated like
+    the loss), and token means over valid tokens of clip_frac (clipped branch active),
+    clip_frac_high / clip_frac_low (ratio above / below the range), dual_clip_frac, ratio_mean,
+    approx_kl_old (1/2 (logp - old_logp)^2).
+    """
+    if not isinstance(cfg, LossConfig):
+        raise ValueError(f"cfg must be a LossConfig, got {type(cfg).__name__}")
+    logp, old_logp, advantages, mask = map(jnp.asarray, (logp, old_logp, advantages, mask))
+    ref_logp = None if ref_logp is None else jnp.asarray(ref_logp)
+    entropy = None if entropy is None else jnp.asarray(entropy)
+    _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy)
+
+    f32 = jnp.float32
+    logp, old_logp, adv = logp.astype(f32), old_logp.astype(f32), advantages.astype(f32)[:, None]
+    w = mask.astype(f32)
+    valid = w > 0
+    max_len = logp.shape[1] if cfg.agg_max_len is None else cfg.agg_max_len
+    agg = AGGREGATIONS[cfg.aggregation]
+
+    ratio = jnp.exp(RATIO_LEVELS[cfg.ratio_level](logp, old_logp, w))
+    lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * jnp.clip(ratio, lo, hi)
+    pg = jnp.maximum(pg_unclipped, pg_clipped)
+    clip_active = pg_clipped > pg_unclipped
+    if cfg.clip_ratio_c is not None:
+        pg_dual = -adv * cfg.clip_ratio_c
+        dual_active = (adv < 0) & (pg > pg_dual)
+        pg = jnp.where(adv < 0, jnp.minimum(pg, pg_dual), pg)
+    else:
+        dual_active = jnp.zeros(pg.shape, bool)
+    pg_loss = agg(pg, w, max_len)
+    loss = pg_loss
+
+    zero = jnp.zeros((), f32)
+    kl = zero
+    if ref_logp is not None:
+        ref = jnp.where(valid, ref_logp.astype(f32), 0.0)
+        kl_tok = kl_penalty(cfg.kl_estimator, jnp.where(valid, logp, 0.0), ref)
+        kl = agg(kl_tok, w, max_len)
+        if cfg.kl_coef > 0:
+            loss = loss + cfg.kl_coef * kl
+    ent = zero
+    if entropy is not None:
+        ent = agg(entropy.astype(f32), w, max_len)
+        if cfg.entropy_coef != 0:
+            loss = loss - cfg.entropy_coef * ent
+
+    frac = lambda x: token_mean(x.astype(f32), w, max_len)  # noqa: E731
+    delta = jnp.where(valid, logp - old_logp, 0.0)
+    metrics = {
+        "loss": loss,
+        "pg_loss": pg_loss,
+        "kl": kl,
+        "entropy": ent,
+        "clip_frac": frac(clip_active),
+        "clip_frac_high": frac(clip_active & (ratio > hi)),
+        "clip_frac_low": frac(clip_active & (ratio < lo)),
+        "dual_clip_frac": frac(dual_active),
+        "ratio_mean": frac(ratio),
+        "approx_kl_old": frac(0.5 * jnp.square(delta)),
+    }
+    return loss, jax.lax.stop_gradient(metrics)

@@ -1,0 +1,31 @@
+"""The reference-based reward model's input (Cooper's VerifyRM format, ALGORITHMS.md §1)."""
+from __future__ import annotations
+
+import numpy as np
+
+MAX_CHARS, HEAD_CHARS, TAIL_CHARS = 1500, 500, 1000
+
+
+def truncate_middle(text: str) -> str:
+    """Texts over 1,500 characters keep their first 500 and last 1,000 characters."""
+    return text if len(text) <= MAX_CHARS else text[:HEAD_CHARS] + text[-TAIL_CHARS:]
+
+
+def format_rm_input(question: str, reference: str, completion: str) -> str:
+    """No chat template and no special tokens: the three tagged fields, in this order."""
+    return (f"<question>{question}</question>\n"
+            f"<reference_answer>{truncate_middle(reference)}</reference_answer>\n"
+            f"<completion>{truncate_middle(completion)}</completion>")
+
+
+def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded token ids [B, max_len] and mask; an over-long input keeps its last tokens so
+    the completion's end (where the score is read) survives."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = np.full((len(texts), max_len), pad, np.int32)
+    mask = np.zeros((len(texts), max_len), bool)
+    for i, text in enumerate(texts):
+        toks = tokenizer(text, add_special_tokens=False)["input_ids"][-max_len:]
+        ids[i, :len(toks)] = toks
+        mask[i, :len(toks)] = True
+    return ids, mask

@@ -1,0 +1,126 @@
+"""Jit-compiled KV-cache sampler: prefill each prompt once, share its cache with its G rollouts,
+then decode token by token in a `lax.while_loop` that stops when every row has finished."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from coop_jax import kernels, models
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    temperature: float = 1.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    num_samples: int = 1  # rollouts per prompt (G)
+    valid_vocab: int | None = None  # ids >= this (embedding padding) are never sampled
+    kernel_impl: str = "auto"
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        object.__setattr__(self, "eos_ids", tuple(int(e) for e in self.eos_ids))
+
+
+class Rollouts(NamedTuple):
+    """Row r of the outputs is sample r % G of prompt r // G."""
+    prompt_tokens: Array  # [B*G, P] left-padded
+    prompt_mask: Array  # [B*G, P]
+    tokens: Array  # [B*G, N] response tokens, pad after the stop token
+    logprobs: Array  # [B*G, N] behaviour log-probs (at the sampling temperature)
+    mask: Array  # [B*G, N] True on response tokens, the stop token included
+    lengths: Array  # [B*G]
+    truncated: Array  # [B*G] no stop token within max_new_tokens
+
+
+def left_align(tokens: Array, mask: Array, pad_id: int) -> tuple[Array, Array]:
+    """Move each row's real tokens to the right end (left padding), whatever the input padding."""
+    order = jnp.argsort(mask.astype(jnp.int32), axis=-1, stable=True)
+    mask = jnp.take_along_axis(mask, order, axis=-1)
+    tokens = jnp.where(mask, jnp.take_along_axis(tokens, order, axis=-1), pad_id)
+    return tokens, mask
+
+
+def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt_tokens: Array,
+             prompt_mask: Array, key: Array) -> Rollouts:
+    """Sample `scfg.num_samples` responses for each prompt. Call under `jax.jit` (see `make`)."""
+    g, n = scfg.num_samples, scfg.max_new_tokens
+    prompt_tokens, prompt_mask = left_align(prompt_tokens, prompt_mask.astype(bool), scfg.pad_id)
+    b, p = prompt_tokens.shape
+    unembed = models.unembed_matrix(params, cfg)
+    if scfg.valid_vocab is not None:
+        unembed = unembed[:, :scfg.valid_vocab]
+
+    cache = models.init_cache(cfg, b, p + n)
+    kv_mask = jnp.concatenate([prompt_mask, jnp.zeros((b, n), bool)], axis=1)
+    hidden, cache = models.forward_with_cache(params, cfg, prompt_tokens,
+                                              models.positions_from_mask(prompt_mask), kv_mask,
+                                              cache, jnp.int32(0))
+    repeat = lambda x: jnp.repeat(x, g, axis=0)
+    cache = jax.tree_util.tree_map(repeat, cache)
+    kv_mask, hidden = repeat(kv_mask), repeat(hidden[:, -1])
+    positions = repeat(prompt_mask.sum(-1).astype(jnp.int32))
+    rows = b * g
+    temperature = jnp.full((rows,), scfg.temperature, jnp.float32)
+    eos = jnp.asarray(scfg.eos_ids, jnp.int32)
+
+    def cond(carry):
+        i, done = carry[0], carry[5]
+        return (i < n) & ~jnp.all(done)
+
+    def body(carry):
+        i, hidden, cache, kv_mask, positions, done, tokens, logps, key = carry
+        key, step_key = jax.random.split(key)
+        tok, logp, _ = kernels.fused_sample(step_key, hidden, unembed, temperature, scfg.top_k,
+                                            scfg.top_p, impl=scfg.kernel_impl)
+        tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
+        tokens = tokens.at[:, i].set(tok)
+        logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))
+        done = done | jnp.isin(tok, eos)
+        kv_mask = kv_mask.at[:, p + i].set(True)
+        hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], positions[:, None],
+                                                  kv_mask, cache, p + i)
+        return (i + 1, hidden[:, 0], cache, kv_mask, positions + 1, done, tokens, logps, key)
+
+    init = (jnp.int32(0), hidden, cache, kv_mask, positions, jnp.zeros((rows,), bool),
+            jnp.full((rows, n), scfg.pad_id, jnp.int32), jnp.zeros((rows, n), jnp.float32), key)
+    _, _, _, _, _, done, tokens, logps, _ = jax.lax.while_loop(cond, body, init)
+
+    is_stop = jnp.isin(tokens, eos)
+    first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1), n - 1)
+    lengths = jnp.where(jnp.any(is_stop, -1), first_stop + 1, n)
+    mask = jnp.arange(n)[None, :] < lengths[:, None]
+    return Rollouts(repeat(prompt_tokens), repeat(prompt_mask), tokens, logps, mask,
+                    lengths.astype(jnp.int32), ~jnp.any(is_stop, -1))
+
+
+@functools.lru_cache(maxsize=32)
+def make(cfg: models.ModelConfig, scfg: SamplingConfig):
+    """A jitted `(params, prompt_tokens, prompt_mask, key) -> Rollouts` for fixed configs."""
+    return jax.jit(lambda params, tokens, mask, key: generate(params, cfg, scfg, tokens, mask, key))
+
+
+def decode_texts(tokenizer, rollouts: Rollouts) -> list[str]:
+    """Response texts without padding and stop tokens."""
+    import numpy as np
+    tokens, mask = np.asarray(rollouts.tokens), np.asarray(rollouts.mask)
+    return [tokenizer.decode(row[m].tolist(), skip_special_tokens=True)
+            for row, m in zip(tokens, mask)]

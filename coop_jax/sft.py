@@ -1,0 +1,68 @@
+"""Supervised warm start on reference solutions (prompt -> solution + EOS), so RL begins from a
+policy that sometimes succeeds."""
+from __future__ import annotations
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from coop_jax import models
+from coop_jax.data import format_prompt, tokenize_prompts
+from coop_jax.models.logprobs import response_logprobs
+from coop_jax.train_step import make_optimizer
+
+
+def tokenize_responses(tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded response ids [B, max_len] ending in EOS (over-long texts are cut)."""
+    ids = np.full((len(texts), max_len), tokenizer.pad_token_id, np.int32)
+    mask = np.zeros((len(texts), max_len), bool)
+    for i, text in enumerate(texts):
+        toks = tokenizer(text, add_special_tokens=False)["input_ids"][:max_len - 1]
+        toks = toks + [tokenizer.eos_token_id]
+        ids[i, :len(toks)], mask[i, :len(toks)] = toks, True
+    return ids, mask
+
+
+def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], *, template: str,
+               steps: int, batch_size: int, learning_rate: float, warmup_steps: int,
+               max_prompt_len: int, max_len: int, seed: int, kernel_impl: str = "auto",
+               chat: bool = False, log_every: int = 50) -> tuple[dict, list[float]]:
+    """`steps` AdamW steps of next-token cross-entropy on the solutions; returns (params, losses)."""
+    records = [r for r in records if r.get("solution")]
+    if not records:
+        raise ValueError("SFT warm start needs records with a 'solution' field")
+    tx = make_optimizer(learning_rate, warmup_steps=warmup_steps, schedule="cosine",
+                        total_steps=steps, grad_clip=1.0)
+    valid_vocab = len(tokenizer)
+
+    def loss_fn(p, batch):
+        logp, _ = response_logprobs(p, cfg, batch["prompt_tokens"], batch["prompt_mask"],
+                                    batch["tokens"], batch["mask"], impl=kernel_impl,
+                                    valid_vocab=valid_vocab)
+        return -(logp * batch["mask"]).sum() / jnp.maximum(batch["mask"].sum(), 1)
+
+    @jax.jit
+    def step(p, opt_state, batch):
+        loss, grads = jax.value_and_grad(loss_fn)(p, batch)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        return optax.apply_updates(p, updates), opt_state, loss
+
+    rng = np.random.default_rng(seed)
+    opt_state = tx.init(params)
+    losses = []
+    for i in range(steps):
+        chosen = [records[j] for j in rng.integers(0, len(records), batch_size)]
+        prompts = [format_prompt(template, r["question"], tokenizer=tokenizer, chat=chat)
+                   for r in chosen]
+        p_ids, p_mask = tokenize_prompts(tokenizer, prompts, max_prompt_len)
+        r_ids, r_mask = tokenize_responses(tokenizer, [r["solution"] for r in chosen],
+                                           max_len - max_prompt_len)
+        batch = {"prompt_tokens": p_ids, "prompt_mask": p_mask, "tokens": r_ids, "mask": r_mask}
+        params, opt_state, loss = step(params, opt_state, batch)
+        losses.append(float(loss))
+        if log_every and (i + 1) % log_every == 0:
+            logging.info("sft step %d/%d loss %.4f", i + 1, steps, np.mean(losses[-log_every:]))
+    return params, losses

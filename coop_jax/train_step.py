@@ -1,0 +1,239 @@
+"""The compiled update: one `jax.jit` that carries the policy and, for Cooper, the reward model.
+
+    rewards     <- batch rewards (rule / majority vote / ...) or sigmoid(RM) with the PRE-update RM
+    old, ref    <- log-probs of the rollouts under the policy before the update and the reference
+    advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt
+    policy      <- PPO epochs x minibatches (lax.scan) of the clipped loss, AdamW
+    RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
+
+A batch is a dict of arrays whose rows are prompt-major: row r is rollout r % G of prompt r // G.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from coop_jax import models, rl
+from coop_jax.models.logprobs import response_logprobs
+
+Array = jax.Array
+
+
+class ModelState(flax.struct.PyTreeNode):
+    params: Any
+    opt_state: Any
+
+
+class TrainState(flax.struct.PyTreeNode):
+    step: Array
+    policy: ModelState
+    ref_params: Any = None  # frozen KL reference (None when kl_coef == 0)
+    rm: ModelState | None = None  # the co-trained reward model (Cooper)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    policy: models.ModelConfig
+    loss: rl.LossConfig
+    group_size: int
+    advantage: str = "grpo"
+    temperature: float = 1.0
+    ppo_epochs: int = 1
+    num_minibatches: int = 1
+    kl_in_reward: bool = False
+    reward_source: str = "batch"  # "batch" | "rm" | "hybrid"
+    rm: models.ModelConfig | None = None
+    rm_threshold: bool = False  # reward = 1[sigmoid(score) > 0.5] instead of sigmoid(score)
+    hybrid_rm_weight: float = 0.5
+    train_rm: bool = False
+    kernel_impl: str = "auto"
+    valid_vocab: int | None = None
+    num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
+    kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
+
+    def __post_init__(self):
+        if self.reward_source not in ("batch", "rm", "hybrid"):
+            raise ValueError(f"reward_source must be batch, rm or hybrid, got {self.reward_source!r}")
+        if (self.reward_source != "batch" or self.train_rm) and self.rm is None:
+            raise ValueError("an RM reward or RM training needs StepConfig.rm")
+
+
+def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
+                   schedule: str = "constant", weight_decay: float = 0.0, b1: float = 0.9,
+                   b2: float = 0.999, eps: float = 1e-8,
+                   grad_clip: float = 0.0) -> optax.GradientTransformation:
+    """AdamW with linear warm-up then constant or cosine decay, after global-norm clipping."""
+    if schedule == "cosine":
+        lr = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 0),
+                                                max(total_steps, warmup_steps + 1))
+    elif schedule == "constant":
+        lr = optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
+                                   optax.constant_schedule(learning_rate)], [warmup_steps])
+    else:
+        raise ValueError(f"optim.schedule must be 'constant' or 'cosine', got {schedule!r}")
+    parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
+    return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+def rm_rewards(rm_params, cfg: StepConfig, tokens: Array, mask: Array) -> tuple[Array, Array]:
+    """(reward in [0, 1], raw score) of each rollout under the given RM parameters."""
+    scores = models.reward_scores(rm_params, cfg.rm, tokens, mask)
+    prob = jax.nn.sigmoid(scores)
+    return (prob > 0.5).astype(jnp.float32) if cfg.rm_threshold else prob, scores
+
+
+def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, batch: dict) -> tuple[Array, dict]:
+    """mean over valid pairs of -log sigmoid(r_pos - r_neg); 0 (and no gradient) without pairs."""
+    pos = models.reward_scores(rm_params, rm_cfg, batch["pair_pos_tokens"], batch["pair_pos_mask"])
+    neg = models.reward_scores(rm_params, rm_cfg, batch["pair_neg_tokens"], batch["pair_neg_mask"])
+    valid = batch["pair_valid"].astype(jnp.float32)
+    count = valid.sum()
+    loss = -(jax.nn.log_sigmoid(pos - neg) * valid).sum() / jnp.maximum(count, 1.0)
+    acc = ((pos > neg) * valid).sum() / jnp.maximum(count, 1.0)
+    return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
+
+
+def _logprobs(params, cfg: StepConfig, batch: dict):
+    return response_logprobs(params, cfg.policy, batch["prompt_tokens"], batch["prompt_mask"],
+                             batch["tokens"], batch["mask"], temperature=cfg.temperature,
+                             impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
+
+
+def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+    """Sequence rewards [R] of the batch; RM rewards use the RM parameters in `state`."""
+    if cfg.reward_source == "batch":
+        return batch["rewards"].astype(jnp.float32), {}
+    proxy, scores = rm_rewards(state.rm.params, cfg, batch["rm_tokens"], batch["rm_mask"])
+    metrics = {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
+    if "rule_labels" in batch:
+        rule = batch["rule_labels"].astype(jnp.float32)
+        metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
+    if cfg.reward_source == "rm":
+        return proxy, metrics
+    # hybrid: the rule decides the stratum, the RM orders rollouts inside it:
+    # correct -> [1 - w, 1], incorrect -> [0, w]
+    rule = batch["rewards"].astype(jnp.float32)
+    w = cfg.hybrid_rm_weight
+    return rule * (1.0 - w) + w * jax.nn.sigmoid(scores), metrics
+
+
+def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantages: Array,
+                   old_logp: Array, ref_logp: Array | None) -> tuple[ModelState, dict]:
+    rows = advantages.shape[0]
+    m = cfg.num_minibatches
+    split = lambda x: x.reshape((m, rows // m) + x.shape[1:])
+    mb = {k: split(batch[k]) for k in ("prompt_tokens", "prompt_mask", "tokens", "mask")}
+    mb["loss_weight"] = split(batch["loss_weight"])
+    mb["adv"], mb["old"] = split(advantages), split(old_logp)
+    if ref_logp is not None:
+        mb["ref"] = split(ref_logp)
+
+    def loss_fn(params, minibatch):
+        logp, entropy = _logprobs(params, cfg, minibatch)
+        weights = minibatch["mask"] * minibatch["loss_weight"][:, None]
+        views = lambda x: None if x is None else x.reshape((cfg.num_views, -1) + x.shape[1:])
+        losses, metrics = jax.vmap(
+            lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,
+                                                             ref_logp=ref, entropy=ent))(
+            views(logp), views(minibatch["old"]), views(minibatch["adv"]), views(weights),
+            views(minibatch.get("ref")), views(entropy))
+        return losses.sum(), jax.tree_util.tree_map(jnp.mean, metrics)
+
+    def minibatch_step(model: ModelState, minibatch):
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(model.params, minibatch)
+        updates, opt_state = tx.update(grads, model.opt_state, model.params)
+        params = optax.apply_updates(model.params, updates)
+        metrics["grad_norm"] = optax.global_norm(grads)
+        return ModelState(params, opt_state), metrics
+
+    def epoch(model, _):
+        return jax.lax.scan(minibatch_step, model, mb)
+
+    policy, metrics = jax.lax.scan(epoch, state.policy, None, length=cfg.ppo_epochs)
+    return policy, jax.tree_util.tree_map(jnp.mean, metrics)
+
+
+def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[ModelState, dict]:
+    (_, metrics), grads = jax.value_and_grad(bradley_terry_loss, has_aux=True)(
+        state.rm.params, cfg.rm, batch)
+    updates, opt_state = rm_tx.update(grads, state.rm.opt_state, state.rm.params)
+    params = optax.apply_updates(state.rm.params, updates)
+    has_pairs = metrics["rm_valid_pairs"] > 0
+    keep = lambda new, old: jnp.where(has_pairs, new, old)
+    new = ModelState(jax.tree_util.tree_map(keep, params, state.rm.params),
+                     jax.tree_util.tree_map(keep, opt_state, state.rm.opt_state))
+    metrics["rm_grad_norm"] = optax.global_norm(grads)
+    metrics["rm_pair_acc_before"] = metrics.pop("rm_pair_acc")
+    return new, metrics
+
+
+def train_step(state: TrainState, batch: dict, *, cfg: StepConfig, tx, rm_tx=None
+               ) -> tuple[TrainState, dict]:
+    """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see `jit_step`)."""
+    rewards, metrics = compute_rewards(state, cfg, batch)
+    old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
+    old_logp = jax.lax.stop_gradient(old_logp)
+    ref_logp = None
+    if state.ref_params is not None:
+        ref_logp = jax.lax.stop_gradient(_logprobs(state.ref_params, cfg, batch)[0])
+        if cfg.kl_in_reward:
+            kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
+            rewards = rl.fold_kl_into_rewards(rewards, kl, batch["mask"], cfg.kl_coef_in_reward)
+    if "reward_bonus" in batch:  # e.g. overlong shaping, computed on host from lengths
+        rewards = rewards + batch["reward_bonus"]
+    groups = rewards.reshape(-1, cfg.group_size)
+    advantages = rl.compute_advantages(cfg.advantage, groups).reshape(-1)
+
+    policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp,
+                                            None if cfg.kl_in_reward else ref_logp)
+    metrics.update(policy_metrics)
+    metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean(),
+                   rollout_entropy=(entropy * batch["mask"]).sum() / jnp.maximum(
+                       batch["mask"].sum(), 1))
+    rm = state.rm
+    if cfg.train_rm:
+        rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch)
+        metrics.update(rm_metrics)
+    return state.replace(step=state.step + 1, policy=policy, rm=rm), metrics
+
+
+def init_state(policy_params, tx, *, ref_params=None, rm_params=None, rm_tx=None) -> TrainState:
+    rm = None
+    if rm_params is not None:
+        rm = ModelState(rm_params, rm_tx.init(rm_params) if rm_tx is not None else None)
+    return TrainState(jnp.zeros((), jnp.int32), ModelState(policy_params, tx.init(policy_params)),
+                      ref_params, rm)
+
+
+def place_state(state: TrainState, mesh) -> TrainState:
+    """Every leaf on `mesh`: parameters keep their named shardings, the rest (step counters,
+    optimizer counts) is replicated."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    def place(x):
+        sharding = getattr(x, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:
+            return x
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
+
+    return jax.tree_util.tree_map(place, state)
+
+
+def state_shardings(state: TrainState):
+    return jax.tree_util.tree_map(lambda x: x.sharding, state)
+
+
+def jit_step(cfg: StepConfig, tx, rm_tx=None, *, state_shardings=None, batch_sharding=None,
+             replicated=None, donate: bool = True):
+    """`train_step` under jit with explicit shardings (when given) and the state donated."""
+    fn = lambda state, batch: train_step(state, batch, cfg=cfg, tx=tx, rm_tx=rm_tx)
+    donate_argnums = (0,) if donate else ()
+    if state_shardings is None:
+        return jax.jit(fn, donate_argnums=donate_argnums)
+    return jax.jit(fn, in_shardings=(state_shardings, batch_sharding),
+                   out_shardings=(state_shardings, replicated), donate_argnums=donate_argnums)

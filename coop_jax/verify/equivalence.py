@@ -1,0 +1,231 @@
+"""Equivalence policy: when does a candidate answer match a reference answer?
+
+One policy for every dataset, precision first:
+
+* identical normalised strings match (this is also the only way an :class:`Opaque`
+  answer -- unparseable or too expensive to evaluate -- can match);
+* scalars compare exactly (``Fraction``/sympy) before a 60-digit relative check, and a
+  percent sign may be read either way (``25\\%`` = ``25`` = ``0.25``);
+* sets and bare comma lists are order-free, tuples are ordered, and a two-element tuple
+  must keep its brackets (``[2,5)`` is not ``(2,5)``); a one-element set is its element;
+* a single-variable assignment ``x=5`` matches ``5``; other equations match up to a
+  non-zero factor, inequalities up to a positive one, and ``x > 2`` is ``(2, \\infty)``;
+* ``\\pm`` expands to a two-element set, so ``\\pm 2021`` does not match ``2021``;
+* matrices match elementwise, and a column/row vector also matches a tuple;
+* base-``b`` answers (``52_8``) match the same digits, multiple-choice letters match the
+  letter, words (``\\text{Evelyn}``) match case-insensitively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from typing import Callable
+
+from coop_jax.verify import symbolic
+from coop_jax.verify.extract import extract_answer, reference_answer
+from coop_jax.verify.normalize import MAX_ANSWER_CHARS, Normalized, normalize
+from coop_jax.verify.parse import (BaseNum, Choice, Matrix, Opaque, Relation, Scalar, Seq,
+                                   Text, Union, Value, parse_value)
+
+_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Verdict for one (reference, completion) pair."""
+
+    correct: bool
+    extracted: str | None
+    timed_out: bool = False
+    error: str | None = None
+
+
+@lru_cache(maxsize=8192)
+def _parse_normalized(norm: Normalized) -> Value:
+    return parse_value(norm.text, norm.percent, norm.was_text)
+
+
+def _unwrap(v: Value) -> Value:
+    while True:
+        if isinstance(v, Seq) and v.kind in ("set", "bare") and len(v.items) == 1:
+            v = v.items[0]
+        elif isinstance(v, Union) and len(v.parts) == 1:
+            v = v.parts[0]
+        else:
+            return v
+
+
+def _is_assignment(v: Value) -> bool:
+    return isinstance(v, Relation) and v.assign
+
+
+def _ordered(a: tuple, b: tuple, depth: int) -> bool:
+    return len(a) == len(b) and all(values_equal(x, y, depth + 1) for x, y in zip(a, b))
+
+
+def _unordered(a: tuple, b: tuple, depth: int) -> bool:
+    if len(a) != len(b):
+        return False
+    unused = list(b)
+    for x in a:
+        for k, y in enumerate(unused):
+            if values_equal(x, y, depth + 1):
+                del unused[k]
+                break
+        else:
+            return False
+    return True
+
+
+def _scalar_eq(r: Scalar, c: Scalar, depth: int) -> bool:
+    if symbolic.exprs_equal(r.value, c.value):
+        return True
+    if r.percent and not c.percent:
+        return symbolic.exprs_equal(r.value / 100, c.value)
+    if c.percent and not r.percent:
+        return symbolic.exprs_equal(r.value, c.value / 100)
+    return False
+
+
+def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
+    if len(r.items) != len(c.items):
+        return False
+    kinds = {r.kind, c.kind}
+    if kinds == {"tuple"}:
+        if len(r.items) == 2 and (r.open, r.close) != (c.open, c.close):
+            return False
+        return _ordered(r.items, c.items, depth)
+    if kinds == {"tuple", "set"}:
+        return False
+    if "tuple" in kinds:  # a tuple against a bare list: the bare list must not drop interval brackets
+        t = r if r.kind == "tuple" else c
+        if len(t.items) == 2 and (t.open, t.close) != ("(", ")"):
+            return False
+        return _ordered(r.items, c.items, depth)
+    return _unordered(r.items, c.items, depth)
+
+
+def _union_eq(r: Union, c: Union, depth: int) -> bool:
+    return _unordered(r.parts, c.parts, depth)
+
+
+def _same_label(a: Value, b: Value) -> bool:
+    if isinstance(a, Scalar) and isinstance(b, Scalar):
+        return a.src.replace(" ", "") == b.src.replace(" ", "") or a.value == b.value
+    return a == b
+
+
+def _rel_eq(r: Relation, c: Relation, depth: int) -> bool:
+    if r.op != c.op:
+        return False
+    if _is_assignment(r) and _is_assignment(c) and _same_label(r.lhs, c.lhs):
+        return values_equal(r.rhs, c.rhs, depth + 1)
+    if all(isinstance(x, Scalar) for x in (r.lhs, r.rhs, c.lhs, c.rhs)):
+        d1 = symbolic.as_sympy(r.lhs.value) - symbolic.as_sympy(r.rhs.value)
+        d2 = symbolic.as_sympy(c.lhs.value) - symbolic.as_sympy(c.rhs.value)
+        return symbolic.proportional(d1, d2, positive=r.op in ("<", "<="))
+    return values_equal(r.lhs, c.lhs, depth + 1) and values_equal(r.rhs, c.rhs, depth + 1)
+
+
+def _matrix_eq(r: Matrix, c: Matrix, depth: int) -> bool:
+    if len(r.rows) != len(c.rows):
+        return False
+    return all(_ordered(x, y, depth) for x, y in zip(r.rows, c.rows))
+
+
+def _vector(m: Matrix) -> tuple | None:
+    if len(m.rows) == 1:
+        return m.rows[0]
+    if all(len(row) == 1 for row in m.rows):
+        return tuple(row[0] for row in m.rows)
+    return None
+
+
+def _matrix_seq_eq(m: Matrix, s: Seq, depth: int) -> bool:
+    vec = _vector(m)
+    return vec is not None and s.kind in ("tuple", "bare") and _ordered(vec, s.items, depth)
+
+
+def _base_scalar_eq(b: BaseNum, s: Scalar, depth: int) -> bool:
+    v = s.value
+    return isinstance(v, Fraction) and v.denominator == 1 and str(v.numerator) == b.digits
+
+
+_Handler = Callable[[Value, Value, int], bool]
+_HANDLERS: dict[tuple[type, type], _Handler] = {
+    (Scalar, Scalar): _scalar_eq,
+    (Text, Text): lambda r, c, d: r.value == c.value,
+    (Choice, Choice): lambda r, c, d: r.letter == c.letter,
+    (BaseNum, BaseNum): lambda r, c, d: (r.digits, r.base) == (c.digits, c.base),
+    (BaseNum, Scalar): _base_scalar_eq,
+    (Scalar, BaseNum): lambda r, c, d: c.base == 10 and _base_scalar_eq(c, r, d),
+    (Seq, Seq): _seq_eq,
+    (Union, Union): _union_eq,
+    (Union, Seq): lambda r, c, d: c.kind == "bare" and _unordered(r.parts, c.items, d),
+    (Seq, Union): lambda r, c, d: r.kind == "bare" and _unordered(r.items, c.parts, d),
+    (Relation, Relation): _rel_eq,
+    (Matrix, Matrix): _matrix_eq,
+    (Matrix, Seq): _matrix_seq_eq,
+    (Seq, Matrix): lambda r, c, d: _matrix_seq_eq(c, r, d),
+}
+
+
+def values_equal(ref: Value, cand: Value, depth: int = 0) -> bool:
+    """Policy dispatch on the (reference, candidate) value types; see module docstring."""
+    if depth > _MAX_DEPTH:
+        return False
+    ref, cand = _unwrap(ref), _unwrap(cand)
+    if isinstance(ref, Opaque) or isinstance(cand, Opaque):
+        return False
+    if _is_assignment(ref) and not isinstance(cand, Relation):
+        return values_equal(ref.rhs, cand, depth + 1)
+    if _is_assignment(cand) and not isinstance(ref, Relation):
+        return values_equal(ref, cand.rhs, depth + 1)
+    if (isinstance(cand, Seq) and cand.kind == "bare" and not isinstance(ref, (Seq, Union))
+            and all(values_equal(ref, c, depth + 1) for c in cand.items)):
+        return True  # "\boxed{15\frac{39}{40}}, \boxed{\frac{639}{40}}": one answer, two forms
+    handler = _HANDLERS.get((type(ref), type(cand)))
+    return bool(handler(ref, cand, depth)) if handler is not None else False
+
+
+def _squash(s: str) -> str:
+    return s.replace(" ", "")
+
+
+def answers_equivalent(a: str, b: str) -> bool:
+    """True when answer strings ``a`` (the reference) and ``b`` state the same answer."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    na, nb = normalize(a), normalize(b)
+    if not na.text or not nb.text:
+        return False
+    if _squash(na.text) == _squash(nb.text) and na.percent == nb.percent:
+        return True
+    if len(na.text) > MAX_ANSWER_CHARS or len(nb.text) > MAX_ANSWER_CHARS:
+        return False
+    return values_equal(_parse_normalized(na), _parse_normalized(nb))
+
+
+def verify_detailed(reference: str, completion: str) -> VerifyResult:
+    """Extract the answers of both texts and decide equivalence (never raises)."""
+    extracted = None
+    try:
+        extracted = extract_answer(completion)
+        ref = reference_answer(reference)
+        if extracted is None or ref is None:
+            return VerifyResult(False, extracted)
+        return VerifyResult(answers_equivalent(ref, extracted), extracted)
+    except (Exception, RecursionError, MemoryError) as exc:  # a verifier bug must not stop training
+        return VerifyResult(False, extracted, error=f"{type(exc).__name__}: {exc}"[:200])
+
+
+def verify(reference: str, completion: str) -> bool:
+    """True when ``completion`` states an answer equivalent to ``reference``'s.
+
+    ``reference`` may be a bare answer (``18``, ``\\frac{14}{3}``) or a full solution
+    (``#### 18``, ``\\boxed{...}``). Runs in-process with cost guards but no hard timeout;
+    use :class:`coop_jax.verify.RuleVerifier` for untrusted text at scale.
+    """
+    return verify_detailed(reference, completion).correct

@@ -1,0 +1,190 @@
+"""Final-answer extraction from free model text or a reference solution.
+
+Order of preference: the last group of ``\\boxed{}``/``\\fbox{}`` (nested braces; adjacent
+boxes such as ``\\boxed{3}, \\boxed{4}`` are joined so hedging is not rewarded), then the
+last ``#### x`` line (GSM8K), then the last "final answer / the answer is" phrase, then
+the last ``A: x`` line, and finally the whole text when it is short and looks like a bare
+answer. All scans are linear in the text length, so megabyte inputs are cheap.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_EXTRACTED_CHARS = 4096
+_BARE_MAX_CHARS = 80
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+_BOX_GAP_RE = re.compile(
+    r"^(?:\s|\$|,|;|\\quad|\\qquad|\\,|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|&|\\\\)*$")
+_HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
+_PHRASE_RE = re.compile(
+    r"(?:final\s+answer|the\s+answer|answer)[*\s]*(?:is|are|:|=|\bwould be\b|\bwill be\b)[*\s]*"
+    r"(?:[:=][*\s]*)?",
+    re.IGNORECASE)
+_A_LINE_RE = re.compile(r"(?m)^[ \t]*A[ \t]*:[ \t]*(\S[^\n]*)$")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)|\s(?:I hope|which|because|since|so that)\b|\s+\((?![A-Ea-e]\))")
+_CLOSING_DOLLAR = re.compile(r"(?<!\\)\$")
+_TWO_WORDS = re.compile(r"(?<![\\a-zA-Z])[A-Za-z]{2,}\s+[A-Za-z]{2,}(?![a-zA-Z])")
+
+
+def _matching_braces(text: str, opens: set[int]) -> dict[int, int]:
+    """Map each ``{`` position in ``opens`` to its closing ``}`` (one linear pass)."""
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            start = stack.pop()
+            if start in opens:
+                out[start] = i
+        i += 1
+    return out
+
+
+def find_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed``/``\\fbox`` group, or None when there is none."""
+    hits = []
+    for m in _BOX_RE.finditer(text):
+        j = m.end()
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        hits.append((m.start(), j))
+    if not hits:
+        return None
+    opens = {j for _, j in hits if j < len(text) and text[j] == "{"}
+    closes = _matching_braces(text, opens) if opens else {}
+    boxes: list[tuple[int, int, str]] = []  # (start, end, content), outermost only
+    last_end = -1
+    for start, j in hits:
+        if start < last_end:
+            continue  # nested inside the previous box
+        if j in closes:
+            boxes.append((start, closes[j] + 1, text[j + 1:closes[j]]))
+            last_end = closes[j] + 1
+        elif j < len(text) and text[j] != "{":
+            m = re.match(r"[^\s$]+", text[j:j + 200])
+            if m:
+                boxes.append((start, j + m.end(), m.group(0)))
+                last_end = j + m.end()
+    if not boxes:
+        return None
+    group = [boxes[-1]]
+    for prev in reversed(boxes[:-1]):
+        gap = text[prev[1]:group[0][0]]
+        if len(gap) > 40 or not _BOX_GAP_RE.match(gap):
+            break
+        group.insert(0, prev)
+    return ", ".join(_unwrap_box(content.strip()) for _, _, content in group)
+
+
+def _unwrap_box(content: str, levels: int = 4) -> str:
+    """``\\boxed{\\boxed{5}}`` -> ``5`` (a few levels; deeper nesting is left as is)."""
+    for _ in range(levels):
+        m = _BOX_RE.match(content)
+        if not m:
+            return content
+        j = m.end()
+        while j < len(content) and content[j] in " \t":
+            j += 1
+        if j >= len(content) or content[j] != "{":
+            return content
+        close = _matching_braces(content, {j}).get(j)
+        if close != len(content) - 1:
+            return content
+        content = content[j + 1:close].strip()
+    return content
+
+
+def _clip_phrase(rest: str) -> str:
+    """Cut the text after "the answer is" down to the answer itself."""
+    rest = rest.strip().lstrip("*").strip()
+    if rest.startswith("$"):
+        k = 2 if rest.startswith("$$") else 1
+        m = _CLOSING_DOLLAR.search(rest, k)
+        return rest[k:m.start()] if m else rest[k:]
+    if rest.startswith(r"\(") or rest.startswith(r"\["):
+        end = rest.find(r"\)" if rest[1] == "(" else r"\]", 2)
+        return rest[2:end] if end > 0 else rest[2:]
+    m = _SENTENCE_END.search(rest)
+    if m and m.start() > 0:
+        rest = rest[:m.start()]
+    rest = rest.strip().rstrip("*").strip()
+    return rest[:-1] if rest.endswith("!") and not rest.endswith("!!") else rest  # "is 42!"
+
+
+def _looks_bare(text: str) -> bool:
+    """A short one-line string that is not a sentence (``18``, ``x=5``, ``\\$18.00``)."""
+    if not text or len(text) > _BARE_MAX_CHARS or "\n" in text or _BOX_RE.search(text):
+        return False
+    plain = re.sub(r"\\text\{[^{}]*\}|\\[a-zA-Z]+", " ", text)
+    return _TWO_WORDS.search(plain) is None
+
+
+def _extract_marked(text: str) -> str | None:
+    boxed = find_boxed(text)
+    if boxed is not None:
+        return boxed
+    hashes = _HASH_RE.findall(text)
+    if hashes and hashes[-1].strip():
+        payload = hashes[-1].strip()
+        if len(payload) < 200 and _PHRASE_RE.search(payload):  # "#### The answer is 18"
+            return _extract_marked(payload) or payload
+        return payload
+    last = None
+    for last in _PHRASE_RE.finditer(text):
+        pass
+    if last is not None:
+        line = text[last.end():].split("\n", 1)[0]
+        if not line.strip():  # "The final answer is:\n\n 18"
+            line = text[last.end():].strip().split("\n", 1)[0]
+        clipped = _clip_phrase(line)
+        if clipped:
+            return clipped
+    a_lines = _A_LINE_RE.findall(text)
+    if a_lines:
+        return _clip_phrase(a_lines[-1])
+    return None
+
+
+def _finish(ans: str | None) -> str | None:
+    if ans is None:
+        return None
+    ans = ans.strip()
+    if not ans:
+        return None
+    return ans[:MAX_EXTRACTED_CHARS]
+
+
+def extract_answer(text: str) -> str | None:
+    """Final answer in a model completion, or None when none is stated.
+
+    >>> extract_answer("so the total is $\\\\boxed{\\\\frac{1}{2}}$.")
+    '\\\\frac{1}{2}'
+    >>> extract_answer("She pays 3 * 6 = 18 dollars.\\n#### 18")
+    '18'
+    """
+    if not isinstance(text, str):
+        return None
+    ans = _extract_marked(text)
+    if ans is None:
+        stripped = text.strip()
+        if _looks_bare(stripped):
+            ans = stripped
+    return _finish(ans)
+
+
+def reference_answer(reference: str) -> str | None:
+    """Final answer of a reference: a marked answer in a full solution, else the whole string."""
+    if not isinstance(reference, str):
+        return None
+    ans = _extract_marked(reference)
+    if ans is None:
+        ans = reference
+    return _finish(ans)

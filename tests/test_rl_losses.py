@@ -1,0 +1,237 @@
+"""Aggregations, LossConfig and policy_loss against hand computations."""
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from coop_jax.rl import AGGREGATIONS, LossConfig, aggregate, policy_loss
+
+NO_KL = dict(kl_coef=0.0)
+
+# --- aggregations -----------------------------------------------------------------------------
+
+VALUES = jnp.array([[1.0, 2.0, jnp.nan], [4.0, 5.0, 6.0], [jnp.nan, jnp.inf, 9.0]])
+MASK = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], bool)  # ragged; last row empty
+
+
+@pytest.mark.parametrize(
+    "name,max_len,expected",
+    [
+        ("token_mean", None, (1 + 2 + 4) / 3),
+        ("seq_mean_token_mean", None, (1.5 + 4.0) / 2),  # empty row not counted
+        ("seq_mean_token_sum_norm", None, 7 / (3 * 3)),
+        ("seq_mean_token_sum_norm", 4, 7 / (3 * 4)),
+    ],
+)
+def test_aggregation_hand_example(name, max_len, expected):
+    np.testing.assert_allclose(aggregate(name, VALUES, MASK, max_len=max_len), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+def test_aggregation_all_masked_is_zero(name):
+    assert float(aggregate(name, VALUES, jnp.zeros((3, 3)))) == 0.0
+
+
+def test_aggregation_errors():
+    with pytest.raises(ValueError, match="aggregation='mean'"):
+        aggregate("mean", VALUES, MASK)
+    with pytest.raises(ValueError, match=r"\[B, T\]"):
+        aggregate("token_mean", VALUES, MASK[:2])
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate("seq_mean_token_sum_norm", VALUES, MASK, max_len=0)
+
+
+# --- LossConfig -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("clip_eps_low", 1.0, "clip_eps_low"),
+        ("clip_eps_high", -0.1, "clip_eps_high"),
+        ("clip_ratio_c", 1.0, "clip_ratio_c"),
+        ("ratio_level", "seq", "ratio_level='seq'.*sequence.*token"),
+        ("aggregation", "token-mean", "aggregation='token-mean'.*seq_mean_token_mean"),
+        ("kl_coef", -1.0, "kl_coef"),
+        ("kl_estimator", "k4", "kl_estimator='k4'.*low_var_kl"),
+        ("entropy_coef", math.nan, "entropy_coef"),
+        ("agg_max_len", 0, "agg_max_len"),
+    ],
+)
+def test_loss_config_validation(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        LossConfig(**{field: value})
+
+
+def test_loss_config_is_frozen_and_hashable():
+    cfg = LossConfig()
+    assert hash(cfg) == hash(LossConfig())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.kl_coef = 0.1
+
+
+# --- PPO clipped surrogate --------------------------------------------------------------------
+
+# ratios chosen by hand, eps_low 0.2, eps_high 0.28 -> range [0.8, 1.28]
+RATIOS = np.array([[1.5, 1.1, 0.5, 2.0], [0.5, 1.5, 0.9, 0.1]])
+ADV = jnp.array([1.0, -1.0])
+PPO_MASK = jnp.array([[1, 1, 1, 0], [1, 1, 1, 0]], jnp.float32)  # 6 valid tokens
+OLD = jnp.full((2, 4), -1.0)
+LOGP = OLD + jnp.log(jnp.asarray(RATIOS, jnp.float32))
+
+
+def _loss_fn(cfg, mask=PPO_MASK, adv=ADV, old=OLD, **kw):
+    return lambda lp: policy_loss(lp, old, adv, mask, cfg, **kw)
+
+
+def test_ppo_clip_hand_example():
+    cfg = LossConfig(clip_eps_low=0.2, clip_eps_high=0.28, **NO_KL)
+    (loss, m), grad = jax.value_and_grad(_loss_fn(cfg), has_aux=True)(LOGP)
+    # A=+1: 1.5 clips high -> -1.28 ; 1.1 -> -1.1 ; 0.5 stays unclipped (min picks it) -> -0.5
+    # A=-1: 0.5 clips low -> 0.8 ; 1.5 unclipped (max picks it) -> 1.5 ; 0.9 -> 0.9
+    per_token = [-1.28, -1.1, -0.5, 0.8, 1.5, 0.9]
+    np.testing.assert_allclose(loss, sum(per_token) / 6, rtol=1e-5)
+    np.testing.assert_allclose(m["pg_loss"], sum(per_token) / 6, rtol=1e-5)
+    np.testing.assert_allclose(m["clip_frac"], 2 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_high"], 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_low"], 1 / 6, rtol=1e-6)
+    np.testing.assert_allclose(m["ratio_mean"], (1.5 + 1.1 + 0.5 + 0.5 + 1.5 + 0.9) / 6, rtol=1e-5)
+    logs = np.log([1.5, 1.1, 0.5, 0.5, 1.5, 0.9])
+    np.testing.assert_allclose(m["approx_kl_old"], np.mean(0.5 * logs**2), rtol=1e-5)
+    assert float(m["dual_clip_frac"]) == 0.0 and float(m["kl"]) == 0.0
+    # d/dlogp of -A*rho/6 is -A*rho/6 on unclipped tokens, 0 on clipped and masked ones
+    expected_grad = np.array([[0, -1.1, -0.5, 0], [0, 1.5, 0.9, 0]]) / 6
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_dual_clip_hand_example():
+    adv = jnp.array([-1.0, -1.0, 1.0])
+    old = jnp.zeros((3, 1))
+    logp = jnp.log(jnp.array([[5.0], [2.0], [5.0]]))
+    mask = jnp.ones((3, 1))
+    plain = LossConfig(**NO_KL)
+    dual = LossConfig(clip_ratio_c=3.0, **NO_KL)
+    (l_plain, _), g_plain = jax.value_and_grad(_loss_fn(plain, mask, adv, old), has_aux=True)(logp)
+    (l_dual, m), g_dual = jax.value_and_grad(_loss_fn(dual, mask, adv, old), has_aux=True)(logp)
+    # A=-1, rho=5: max(5, 1.2)=5, capped at -A*c = 3 ; A=-1, rho=2: 2 < 3 ; A=+1, rho=5: -1.2
+    np.testing.assert_allclose(l_plain, (5 + 2 - 1.2) / 3, rtol=1e-5)
+    np.testing.assert_allclose(l_dual, (3 + 2 - 1.2) / 3, rtol=1e-5)
+    np.testing.assert_allclose(m["dual_clip_frac"], 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(g_plain[:, 0], [5 / 3, 2 / 3, 0.0], rtol=1e-5)
+    np.testing.assert_allclose(g_dual[:, 0], [0.0, 2 / 3, 0.0], atol=1e-7, rtol=1e-5)
+
+
+def test_kl_and_entropy_terms_hand_example():
+    logp = jnp.array([[-1.0, -2.0]])
+    ref = jnp.array([[-2.0, -2.0]])  # k1 = (1, 0)
+    ent = jnp.array([[2.0, 4.0]])
+    cfg = LossConfig(kl_coef=0.5, kl_estimator="k1", entropy_coef=0.1)
+    zero_adv, mask = jnp.zeros(1), jnp.ones((1, 2))
+    loss, m = policy_loss(logp, logp, zero_adv, mask, cfg, ref_logp=ref, entropy=ent)
+    # pg 0 (A=0) + 0.5 * mean(1, 0) - 0.1 * mean(2, 4)
+    np.testing.assert_allclose(loss, 0.25 - 0.3, rtol=1e-5)
+    np.testing.assert_allclose(m["kl"], 0.5, rtol=1e-6)
+    np.testing.assert_allclose(m["entropy"], 3.0, rtol=1e-6)
+    # default estimator low_var_kl: k3 of log r = 1 is exp(-1)
+    loss, m = policy_loss(logp, logp, zero_adv, mask, LossConfig(), ref_logp=ref)
+    np.testing.assert_allclose(m["kl"], math.exp(-1.0) / 2, rtol=1e-5)
+    np.testing.assert_allclose(loss, 0.001 * math.exp(-1.0) / 2, rtol=1e-5)
+
+
+# --- GSPO -------------------------------------------------------------------------------------
+
+def _gspo_inputs():
+    mask = jnp.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], jnp.float32)
+    old = jnp.asarray(np.random.default_rng(0).normal(-2.0, 0.5, (4, 4)), jnp.float32)
+    # per-sequence mean log-ratio: 0.05 (inside), 0.5 (s=1.65, clips for A>0), -0.1 (inside)
+    shift = jnp.array(
+        [[0.1, 0.0, 0.05, 9.0], [0.4, 0.6, 9.0, 9.0], [-0.2, 0.0, -0.1, -0.1], [9.0] * 4]
+    )
+    adv = jnp.array([1.0, 2.0, -1.5, 3.0])
+    return old + shift, old, adv, mask
+
+
+def _gspo_reference(logp, old, adv, mask, lo, hi):
+    """The GSPO paper objective written out per sequence, differentiated by autodiff."""
+    lens = mask.sum(-1)
+    s = jnp.exp(jnp.sum(mask * (logp - old), -1) / jnp.maximum(lens, 1))
+    per_seq = -jnp.minimum(s * adv, jnp.clip(s, lo, hi) * adv)
+    has = lens > 0
+    return jnp.sum(jnp.where(has, per_seq, 0.0)) / jnp.sum(has)
+
+
+def test_gspo_matches_sequence_objective():
+    logp, old, adv, mask = _gspo_inputs()
+    cfg = LossConfig(ratio_level="sequence", aggregation="seq_mean_token_mean", **NO_KL)
+    (loss, m), grad = jax.value_and_grad(_loss_fn(cfg, mask, adv, old), has_aux=True)(logp)
+    ref_loss, ref_grad = jax.value_and_grad(_gspo_reference)(logp, old, adv, mask, 0.8, 1.2)
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-7)
+    # hand: sequence 0 unclipped, grad per valid token = -A s / |y| / (3 sequences)
+    s0 = math.exp(0.05)
+    np.testing.assert_allclose(grad[0], [-s0 / 9] * 3 + [0.0], rtol=1e-5)
+    assert np.all(np.asarray(grad[1]) == 0) and np.all(np.asarray(grad[3]) == 0)  # clipped / empty
+    np.testing.assert_allclose(m["clip_frac"], 2 / 9, rtol=1e-6)  # both tokens of sequence 1
+    tok = LossConfig(aggregation="seq_mean_token_mean", **NO_KL)
+    tok_grad = jax.grad(lambda lp: policy_loss(lp, old, adv, mask, tok)[0])(logp)
+    assert not np.allclose(tok_grad, grad)
+
+
+# --- edge cases and jit -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+@pytest.mark.parametrize("aggregation", sorted(AGGREGATIONS))
+def test_fully_masked_batch_is_zero_and_finite(ratio_level, aggregation):
+    logp = jnp.array([[jnp.nan, -jnp.inf], [50.0, 0.0]])
+    cfg = LossConfig(ratio_level=ratio_level, aggregation=aggregation, entropy_coef=0.01,
+                     kl_estimator="k3")
+    adv, mask = jnp.array([1.0, jnp.nan]), jnp.zeros((2, 2))
+    ref, ent = jnp.full((2, 2), -jnp.inf), jnp.full((2, 2), jnp.nan)
+    fn = lambda lp: policy_loss(  # noqa: E731
+        lp, jnp.zeros((2, 2)), adv, mask, cfg, ref_logp=ref, entropy=ent
+    )
+    (loss, m), grad = jax.value_and_grad(fn, has_aux=True)(logp)
+    assert float(loss) == 0.0
+    assert all(np.isfinite(float(v)) for v in m.values())
+    assert np.array_equal(np.asarray(grad), np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+def test_extreme_log_ratio_stays_finite(ratio_level):
+    logp = jnp.array([[100.0, -1.0], [-100.0, -1.0]])
+    cfg = LossConfig(ratio_level=ratio_level, clip_ratio_c=3.0, **NO_KL)
+    for adv in ([0.0, 0.0], [-1.0, 1.0], [1.0, -1.0]):
+        (loss, m), grad = jax.value_and_grad(
+            _loss_fn(cfg, jnp.ones((2, 2)), jnp.array(adv), jnp.full((2, 2), -1.0)), has_aux=True
+        )(logp)
+        assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad)))
+        assert all(np.isfinite(float(v)) for v in m.values())
+
+
+def test_policy_loss_jits():
+    logp, old, adv, mask = _gspo_inputs()
+    ref, ent = old - 0.1, jnp.ones_like(old)
+    for cfg in (LossConfig(clip_ratio_c=3.0), LossConfig(ratio_level="sequence")):
+        jitted = jax.jit(policy_loss, static_argnames=("cfg",))
+        loss_j, m_j = jitted(logp, old, adv, mask, cfg=cfg, ref_logp=ref, entropy=ent)
+        loss_e, m_e = policy_loss(logp, old, adv, mask, cfg, ref_logp=ref, entropy=ent)
+        np.testing.assert_allclose(loss_j, loss_e, rtol=1e-5)
+        for k in m_e:
+            np.testing.assert_allclose(m_j[k], m_e[k], rtol=1e-5, atol=1e-7, err_msg=k)
+        loss_fn = lambda lp: policy_loss(lp, old, adv, mask, cfg, ref_logp=ref)[0]  # noqa: E731
+        g = jax.jit(jax.grad(loss_fn))(logp)
+        assert g.shape == logp.shape and np.all(np.isfinite(np.asarray(g)))
+
+
+def test_policy_loss_input_errors():
+    cfg = LossConfig()
+    with pytest.raises(ValueError, match="advantages"):
+        policy_loss(LOGP, OLD, jnp.zeros((2, 4)), PPO_MASK, cfg)
+    with pytest.raises(ValueError, match="old_logp"):
+        policy_loss(LOGP, OLD[:, :3], ADV, PPO_MASK, cfg)
+    with pytest.raises(ValueError, match="ref_logp"):
+        policy_loss(LOGP, OLD, ADV, PPO_MASK, cfg, ref_logp=OLD[:1])
+    with pytest.raises(ValueError, match="cfg"):
+        policy_loss(LOGP, OLD, ADV, PPO_MASK, {"kl_coef": 0.0})

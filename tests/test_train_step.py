@@ -1,0 +1,159 @@
+"""The compiled update: sharded == unsharded, Cooper's joint step == the two updates separately."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from coop_jax import models, parallel, rl
+from coop_jax.train_step import (StepConfig, bradley_terry_loss, init_state, jit_step,
+                                 make_optimizer, place_state, rm_rewards, state_shardings)
+
+POLICY = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
+                            num_heads=4, num_kv_heads=2, tie_embeddings=True, qkv_bias=True)
+RM = POLICY.replace(num_labels=1, tie_embeddings=False)
+G, PROMPTS, P, N, L = 4, 4, 6, 5, 12
+LOSS = rl.LossConfig(kl_coef=0.01, clip_eps_high=0.28)
+
+
+def _batch(seed=0, valid_pairs=(1, 0, 1, 1)):
+    rng = np.random.default_rng(seed)
+    rows = G * PROMPTS
+    prompt_mask = np.ones((rows, P), bool)
+    prompt_mask[:, :2] = rng.random((rows, 2)) > 0.5  # some left padding
+    mask = np.ones((rows, N), bool)
+    mask[::3, 3:] = False
+    tok = lambda shape: rng.integers(1, 60, size=shape).astype(np.int32)
+    rm_mask = np.ones((rows, L), bool)
+    rm_mask[1::2, 8:] = False
+    pm = np.ones((PROMPTS, L), bool)
+    pm[::2, 9:] = False
+    return {
+        "prompt_tokens": tok((rows, P)), "prompt_mask": prompt_mask, "tokens": tok((rows, N)),
+        "mask": mask, "rewards": rng.integers(0, 2, rows).astype(np.float32),
+        "loss_weight": np.ones(rows, np.float32), "rm_tokens": tok((rows, L)), "rm_mask": rm_mask,
+        "rule_labels": rng.integers(0, 2, rows).astype(np.float32),
+        "pair_pos_tokens": tok((PROMPTS, L)), "pair_pos_mask": pm,
+        "pair_neg_tokens": tok((PROMPTS, L)), "pair_neg_mask": pm[::-1].copy(),
+        "pair_valid": np.asarray(valid_pairs, np.float32),
+    }
+
+
+# Adam divides by sqrt(v): on entries whose gradient is ~0 it amplifies float reassociation noise
+# (sharded vs unsharded reductions) to ~lr; eps=1e-4 keeps those entries well conditioned so the
+# comparisons below can hold at 1e-5.
+TX = make_optimizer(1e-2, warmup_steps=0, grad_clip=1.0, eps=1e-4)
+RM_TX = make_optimizer(1e-2, warmup_steps=0, grad_clip=1.0, weight_decay=0.01, eps=1e-4)
+
+
+def _state(with_rm):
+    policy = models.init_params(POLICY, jax.random.key(0))
+    rm = models.init_params(RM, jax.random.key(1)) if with_rm else None
+    ref = jax.tree_util.tree_map(lambda x: x + 0.01, policy)
+    return init_state(policy, TX, ref_params=ref, rm_params=rm, rm_tx=RM_TX if with_rm else None)
+
+
+def _close(a, b, atol=1e-5):
+    jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=atol, rtol=1e-5),
+                           a, b)
+
+
+def test_sharded_step_equals_unsharded():
+    tx = TX
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, num_minibatches=2, ppo_epochs=2,
+                     kernel_impl="xla")
+    batch = _batch()
+    policy = models.init_params(POLICY, jax.random.key(0))
+    ref = jax.tree_util.tree_map(lambda x: x + 0.01, policy)
+    fresh = lambda: init_state(policy, tx, ref_params=ref)
+    ref_state, ref_metrics = jit_step(cfg, tx, donate=False)(fresh(), batch)
+    mesh = parallel.make_mesh((2, 2, 2))
+    state = fresh()
+    shardings = parallel.param_shardings(POLICY, mesh)
+    state = state.replace(policy=state.policy.replace(
+        params=jax.device_put(state.policy.params, shardings)),
+        ref_params=jax.device_put(state.ref_params, shardings))
+    state = place_state(state, mesh)
+    step = jit_step(cfg, tx, state_shardings=state_shardings(state),
+                    batch_sharding=parallel.batch_sharding(mesh, 1),
+                    replicated=parallel.replicated(mesh))
+    new_state, metrics = step(state, batch)
+    assert new_state.policy.params["embed_tokens"]["embedding"].sharding.spec == \
+        jax.sharding.PartitionSpec("tensor", "fsdp")
+    _close(new_state.policy.params, ref_state.policy.params)
+    _close(metrics, ref_metrics, atol=1e-5)
+    assert int(new_state.step) == 1
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) > 0
+
+
+def test_cooper_joint_step_equals_separate_updates():
+    batch = _batch(1)
+    mesh = parallel.make_mesh((2, 2, 2))
+    joint_cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
+                           train_rm=True, kernel_impl="xla")
+    state = _state(True)
+    shard = lambda tree, cfg: jax.device_put(tree, parallel.param_shardings(cfg, mesh))
+    state = state.replace(policy=state.policy.replace(params=shard(state.policy.params, POLICY)),
+                          ref_params=shard(state.ref_params, POLICY),
+                          rm=state.rm.replace(params=shard(state.rm.params, RM)))
+    before_rm = jax.device_get(state.rm.params)
+    joint, metrics = jit_step(joint_cfg, TX, RM_TX, donate=False)(state, batch)
+
+    # 1) the policy update alone, with rewards from the PRE-update RM passed as batch rewards
+    proxy, _ = rm_rewards(before_rm, joint_cfg, jnp.asarray(batch["rm_tokens"]),
+                          jnp.asarray(batch["rm_mask"]))
+    policy_only = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla")
+    alone, alone_metrics = jit_step(policy_only, TX, donate=False)(
+        _state(False), dict(batch, rewards=np.asarray(proxy)))
+    _close(joint.policy.params, alone.policy.params)
+    np.testing.assert_allclose(metrics["reward_mean"], np.mean(np.asarray(proxy)), atol=1e-6)
+
+    # 2) the RM update alone: Bradley-Terry on the valid pairs with its own optimizer
+    grads = jax.grad(lambda p: bradley_terry_loss(p, RM, batch)[0])(before_rm)
+    updates, _ = RM_TX.update(grads, RM_TX.init(before_rm), before_rm)
+    import optax
+    _close(joint.rm.params, optax.apply_updates(before_rm, updates))
+    assert metrics["rm_valid_pairs"] == 3
+    # the RM really moved, and the policy's rewards did not see the move
+    moved = jax.tree_util.tree_map(lambda a, b: float(np.max(np.abs(a - b))), joint.rm.params,
+                                   before_rm)
+    assert max(jax.tree_util.tree_leaves(moved)) > 1e-4
+    proxy_after, _ = rm_rewards(joint.rm.params, joint_cfg, jnp.asarray(batch["rm_tokens"]),
+                                jnp.asarray(batch["rm_mask"]))
+    assert not np.allclose(proxy_after, proxy)
+
+
+def test_no_valid_pair_leaves_rm_unchanged():
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
+                     train_rm=True, kernel_impl="xla")
+    state = _state(True)
+    before = jax.device_get(state.rm)
+    new, metrics = jit_step(cfg, TX, RM_TX, donate=False)(state, _batch(2, (0, 0, 0, 0)))
+    _close(new.rm.params, before.params, atol=0)
+    _close(new.rm.opt_state, before.opt_state, atol=0)
+    assert metrics["rm_valid_pairs"] == 0 and np.isfinite(metrics["rm_loss"])
+
+
+def test_equal_rewards_give_zero_advantage_and_no_nan():
+    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
+                     kernel_impl="xla")
+    tx = make_optimizer(1e-2, weight_decay=0.0)
+    policy = models.init_params(POLICY, jax.random.key(0))
+    state = init_state(policy, tx)
+    batch = dict(_batch(3), rewards=np.ones(G * PROMPTS, np.float32))
+    new, metrics = jit_step(cfg, tx, donate=False)(state, batch)
+    assert float(metrics["advantage_abs_mean"]) == 0.0
+    assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) == 0.0
+    _close(new.policy.params, policy, atol=0)
+
+
+@pytest.mark.parametrize("source", ["hybrid"])
+def test_hybrid_reward_keeps_rule_strata(source):
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source=source, rm=RM,
+                     kernel_impl="xla", hybrid_rm_weight=0.4)
+    state = _state(True)
+    batch = _batch(4)
+    from coop_jax.train_step import compute_rewards
+    rewards, _ = compute_rewards(state, cfg, {k: jnp.asarray(v) for k, v in batch.items()})
+    rewards = np.asarray(rewards)
+    rule = batch["rewards"] > 0.5
+    assert np.all(rewards[rule] >= 0.6) and np.all(rewards[~rule] <= 0.4)
