@@ -49,7 +49,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     # Supervised warm start on reference solutions (0 steps = start RL from the loaded policy).
     c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, learning_rate=1e-3,
-                                           warmup_steps=20, max_len=96))
+                                           warmup_steps=20, max_len=96, corrupt_fraction=0.0))
 
     c.rollout = ml_collections.ConfigDict(dict(
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
@@ -165,7 +165,16 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
         raise ValueError(f"config.mesh.shape must be three ints (data, fsdp, tensor) with at most "
                          f"one -1, got {shape}")
     if device_count is not None:
-        resolve_mesh_shape(shape, device_count)
+        data, fsdp, _ = resolve_mesh_shape(shape, device_count)
+        if (c.rollout.prompts_per_step * c.rollout.group_size) % (data * fsdp):
+            raise ValueError(f"config.rollout.prompts_per_step x group_size ({rows}) must be a "
+                             f"multiple of the mesh's data x fsdp size ({data * fsdp})")
+    if c.reward.type == "corewarding_1" and c.rl.num_minibatches != 1:
+        raise ValueError("config.rl.num_minibatches must be 1 for reward.type='corewarding_1' "
+                         "(both views' losses are summed over the whole batch)")
+    if c.rl.dynamic_sampling and c.reward.type in RM_REWARD_TYPES:
+        raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
+                         f"{c.reward.type!r} computes them on device")
 
 
 def resolve_mesh_shape(shape, device_count: int) -> tuple[int, int, int]:

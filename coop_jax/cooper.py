@@ -71,7 +71,8 @@ def _wrong_and_answered(verifier, pos_answers: Sequence[str], candidates: Sequen
     results = verifier.verify_batch_detailed([pos_answers[i] for i in idx],
                                              [candidates[i] for i in idx])
     for i, r in zip(idx, results):
-        keep[i] = r.extracted is not None and not r.correct and not r.timed_out
+        keep[i] = (r.extracted is not None and not r.correct and not r.timed_out
+                   and r.error is None)
     return keep
 
 

@@ -14,6 +14,8 @@ from coop_jax.data import format_prompt, tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.train_step import make_optimizer
 
+log = logging.getLogger("coop_jax")
+
 
 def tokenize_responses(tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Right-padded response ids [B, max_len] ending in EOS (over-long texts are cut)."""
@@ -26,14 +28,32 @@ def tokenize_responses(tokenizer, texts: list[str], max_len: int) -> tuple[np.nd
     return ids, mask
 
 
+def corrupt_final_answer(solution: str, reference: str) -> str:
+    """The solution with its final integer answer off by one (the last occurrence is replaced)."""
+    at = solution.rfind(reference)
+    if at < 0 or not reference.lstrip("-").isdigit():
+        return solution
+    return solution[:at] + str(int(reference) + 1) + solution[at + len(reference):]
+
+
 def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], *, template: str,
                steps: int, batch_size: int, learning_rate: float, warmup_steps: int,
                max_prompt_len: int, max_len: int, seed: int, kernel_impl: str = "auto",
-               chat: bool = False, log_every: int = 50) -> tuple[dict, list[float]]:
-    """`steps` AdamW steps of next-token cross-entropy on the solutions; returns (params, losses)."""
+               chat: bool = False, corrupt_fraction: float = 0.0,
+               log_every: int = 50) -> tuple[dict, list[float]]:
+    """`steps` AdamW steps of next-token cross-entropy on the solutions; returns (params, losses).
+
+    `corrupt_fraction` of the demonstrations (fixed per record) end in an off-by-one final answer:
+    noisy SFT data give the policy a systematic error mode for verifier-rewarded RL to remove.
+    """
     records = [r for r in records if r.get("solution")]
     if not records:
         raise ValueError("SFT warm start needs records with a 'solution' field")
+    if not 0.0 <= corrupt_fraction < 1.0:
+        raise ValueError(f"sft.corrupt_fraction must be in [0, 1), got {corrupt_fraction}")
+    corrupt = np.random.default_rng([seed, 1]).random(len(records)) < corrupt_fraction
+    targets = [corrupt_final_answer(r["solution"], r["reference"]) if bad else r["solution"]
+               for r, bad in zip(records, corrupt)]
     tx = make_optimizer(learning_rate, warmup_steps=warmup_steps, schedule="cosine",
                         total_steps=steps, grad_clip=1.0)
     valid_vocab = len(tokenizer)
@@ -54,15 +74,15 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
     opt_state = tx.init(params)
     losses = []
     for i in range(steps):
-        chosen = [records[j] for j in rng.integers(0, len(records), batch_size)]
-        prompts = [format_prompt(template, r["question"], tokenizer=tokenizer, chat=chat)
-                   for r in chosen]
+        chosen = rng.integers(0, len(records), batch_size)
+        prompts = [format_prompt(template, records[j]["question"], tokenizer=tokenizer, chat=chat)
+                   for j in chosen]
         p_ids, p_mask = tokenize_prompts(tokenizer, prompts, max_prompt_len)
-        r_ids, r_mask = tokenize_responses(tokenizer, [r["solution"] for r in chosen],
+        r_ids, r_mask = tokenize_responses(tokenizer, [targets[j] for j in chosen],
                                            max_len - max_prompt_len)
         batch = {"prompt_tokens": p_ids, "prompt_mask": p_mask, "tokens": r_ids, "mask": r_mask}
         params, opt_state, loss = step(params, opt_state, batch)
         losses.append(float(loss))
         if log_every and (i + 1) % log_every == 0:
-            logging.info("sft step %d/%d loss %.4f", i + 1, steps, np.mean(losses[-log_every:]))
+            log.info("sft step %d/%d loss %.4f", i + 1, steps, np.mean(losses[-log_every:]))
     return params, losses

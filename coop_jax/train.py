@@ -29,6 +29,8 @@ from coop_jax.train_step import (StepConfig, init_state, jit_step, make_optimize
                                  state_shardings)
 from coop_jax.verify import RuleVerifier
 
+log = logging.getLogger("coop_jax")
+
 
 def _valid_record(r: dict) -> bool:
     return all(isinstance(r.get(k), str) and r[k].strip() for k in ("question", "reference"))
@@ -48,7 +50,7 @@ def load_records(config) -> tuple[list[dict], list[dict], int]:
     valid_eval = [r for r in held_out if _valid_record(r)]
     skipped = len(train) - len(valid_train) + len(held_out) - len(valid_eval)
     if skipped:
-        logging.warning("skipped %d records with an empty question or reference", skipped)
+        log.warning("skipped %d records with an empty question or reference", skipped)
     if not valid_train:
         raise ValueError("no valid training records")
     return valid_train, valid_eval, skipped
@@ -118,8 +120,9 @@ class Trainer:
             template=c.data.prompt_template, steps=c.sft.steps, batch_size=c.sft.batch_size,
             learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
             max_prompt_len=c.data.max_prompt_len, max_len=c.sft.max_len, seed=c.seed,
-            kernel_impl=c.kernels.impl, chat=c.data.chat_template)
-        logging.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
+            kernel_impl=c.kernels.impl, chat=c.data.chat_template,
+            corrupt_fraction=c.sft.corrupt_fraction)
+        log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
                      losses[-1])
         return jax.device_put(params, parallel.param_shardings(self.policy_cfg, self.mesh))
 
@@ -135,7 +138,7 @@ class Trainer:
             self.rm_tokenizer = self.tokenizer
         else:
             if not c.reward_model.hf_path:
-                logging.warning("reward model starts from random weights (no "
+                log.warning("reward model starts from random weights (no "
                                 "reward_model.hf_path or cooper.rm_checkpoint)")
             self.rm_cfg, self.rm_params = build_model(c.reward_model, self.tokenizer, self.mesh,
                                                       jax.random.fold_in(key, 2), num_labels=1)
@@ -177,12 +180,18 @@ class Trainer:
             train_rm=self.train_rm, kernel_impl=c.kernels.impl, valid_vocab=self.valid_vocab,
             num_views=2 if self.reward_type == "corewarding_1" else 1,
             kl_coef_in_reward=c.rl.kl_coef)
-        self.step_fn = jit_step(self.step_cfg, self.tx, self.rm_tx,
-                                state_shardings=self.state_shardings,
-                                batch_sharding=parallel.batch_sharding(self.mesh, 1),
-                                replicated=parallel.replicated(self.mesh),
-                                donate=c.train.nan_policy == "error")
+        self.step_fn = None  # compiled on the first batch (its per-array shardings)
         self.state = state
+
+    def update(self, batch: dict):
+        """The compiled step; built on first use with explicit state and batch shardings."""
+        if self.step_fn is None:
+            self.step_fn = jit_step(self.step_cfg, self.tx, self.rm_tx,
+                                    state_shardings=self.state_shardings,
+                                    batch_sharding=parallel.batch_shardings(batch, self.mesh),
+                                    replicated=parallel.replicated(self.mesh),
+                                    donate=self.config.train.nan_policy == "error")
+        return self.step_fn(self.state, batch)
 
     def _build_sampler(self):
         c = self.config
@@ -218,14 +227,15 @@ class Trainer:
             factor=c.rl.overlong_factor)
         return {"prompt_tokens": np.asarray(out.prompt_tokens),
                 "prompt_mask": np.asarray(out.prompt_mask), "tokens": np.asarray(out.tokens),
-                "mask": np.asarray(out.mask), "rewards": np.asarray(shaped, np.float32),
+                "mask": np.asarray(out.mask), "rewards": host_rewards.astype(np.float32),
                 "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
                 "loss_weight": np.asarray(loss_weight, np.float32)}
 
-    def collect(self, step: int, records: list[dict], verifier) -> tuple[dict, dict]:
+    def collect(self, step: int, records: list[dict], verifier, draw: int = 0
+                ) -> tuple[dict, dict]:
         """Rollouts, rewards and (for Cooper) pairs of one step: the host half of the algorithm."""
         c = self.config
-        key = jax.random.fold_in(jax.random.key(c.seed), step)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(c.seed), step), draw)
         timings, metrics = {}, {}
         policy = self.state.policy.params
         t0 = time.perf_counter()
@@ -288,6 +298,21 @@ class Trainer:
                        generated_tokens=gen_tokens, **timings)
         return batch, metrics
 
+    def collect_informative(self, step: int, pipeline, verifier) -> tuple[dict, dict]:
+        """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
+        prompts (at most rl.dynamic_max_draws draws)."""
+        draw_metrics = []
+
+        def draw():
+            batch, metrics = self.collect(step, pipeline.next_batch(), verifier,
+                                          draw=len(draw_metrics))
+            draw_metrics.append(metrics)
+            return {k: v.reshape((self.B, self.G) + v.shape[1:]) for k, v in batch.items()}
+
+        groups, stats = rl.fill_batch(draw, self.B, self.config.rl.dynamic_max_draws)
+        batch = {k: v.reshape((self.B * self.G,) + v.shape[2:]) for k, v in groups.items()}
+        return batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()}
+
     @staticmethod
     def _same(a, b):
         from coop_jax.verify import answers_equivalent
@@ -345,7 +370,7 @@ class Trainer:
                 pipeline.restore(meta["data"])
                 extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy")}
                 extra["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
-                logging.info("resumed from step %d", int(self.state.step))
+                log.info("resumed from step %d", int(self.state.step))
             else:
                 initial = self.evaluate(self.state.policy.params, verifier)
                 extra = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
@@ -359,9 +384,12 @@ class Trainer:
                             desc="coop-train", disable=jax.process_index() != 0)
             for step in bar:
                 t_step = time.perf_counter()
-                batch, metrics = self.collect(step, pipeline.next_batch(), verifier)
+                if c.rl.dynamic_sampling:
+                    batch, metrics = self.collect_informative(step, pipeline, verifier)
+                else:
+                    batch, metrics = self.collect(step, pipeline.next_batch(), verifier)
                 t0 = time.perf_counter()
-                new_state, step_metrics = self.step_fn(self.state, batch)
+                new_state, step_metrics = self.update(batch)
                 step_metrics = jax.device_get(step_metrics)
                 metrics["time/update"] = time.perf_counter() - t0
                 if not np.isfinite(step_metrics["loss"]):
@@ -369,7 +397,7 @@ class Trainer:
                         raise FloatingPointError(f"non-finite loss ({step_metrics['loss']}) at "
                                                  f"step {step}")
                     nan_skips += 1
-                    logging.warning("non-finite loss at step %d: update skipped", step)
+                    log.warning("non-finite loss at step %d: update skipped", step)
                     metrics["skipped_update"] = 1
                 else:
                     self.state = new_state
@@ -390,7 +418,7 @@ class Trainer:
                     self.ckpt.save(done, self.state, self.meta(
                         done, pipeline, extra | {"wall_seconds_before": wall}))
                 if stop["flag"]:
-                    logging.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
+                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
                     writer.close()
                     signal.signal(signal.SIGTERM, previous)
                     return {"stopped_at": done}
@@ -399,7 +427,8 @@ class Trainer:
             stats = verifier.stats.as_dict()
         signal.signal(signal.SIGTERM, previous)
         summary = {
-            "reward_type": self.reward_type, "seed": c.seed, "steps": c.train.steps,
+            "method": self.reward_type, "reward_type": self.reward_type, "seed": c.seed,
+            "steps": c.train.steps,
             "initial_accuracy": extra.get("initial_accuracy"),
             "initial_sampled_accuracy": extra.get("initial_sampled_accuracy"),
             "final_accuracy": final.get("eval/greedy_accuracy"),
@@ -444,7 +473,13 @@ def run() -> None:
     def main(argv):
         if len(argv) > 1:
             raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-        logging.getLogger().setLevel(logging.INFO)
+        from absl import logging as absl_logging
+        absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
         summary = train(flags.FLAGS.config, flags.FLAGS.workdir)
         print(json.dumps(summary, indent=2))
 

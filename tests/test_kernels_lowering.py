@@ -14,6 +14,7 @@ import pytest
 from coop_jax.kernels import fused_logprobs, fused_sample
 
 N, D, V, B = 512, 200, 1000, 64  # ragged vocab tiles and (for Triton) a ragged hidden chunk
+VALID = 500  # valid_vocab < V: fewer computed vocab tiles than unembed (TPU dW) spans
 PLATFORMS = {"pallas_tpu": ("tpu", "tpu_custom_call"), "pallas_gpu": ("cuda", "triton")}
 
 
@@ -22,13 +23,14 @@ def _lower(fn, args, platform: str) -> str:
 
 
 @pytest.mark.parametrize("impl", list(PLATFORMS))
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_logprobs_value_and_grad_lowers(impl, dtype):
+@pytest.mark.parametrize("dtype, valid_vocab", [(jnp.float32, None), (jnp.bfloat16, VALID)])
+def test_logprobs_value_and_grad_lowers(impl, dtype, valid_vocab):
     platform, marker = PLATFORMS[impl]
 
     def step(hidden, unembed, targets):
         def loss(h, w):
-            logp, ent = fused_logprobs(h, w, targets, temperature=0.9, impl=impl)
+            logp, ent = fused_logprobs(h, w, targets, temperature=0.9, impl=impl,
+                                       valid_vocab=valid_vocab)
             return jnp.sum(logp) + jnp.sum(ent)
         return jax.value_and_grad(loss, argnums=(0, 1))(hidden, unembed)
 
@@ -39,12 +41,13 @@ def test_logprobs_value_and_grad_lowers(impl, dtype):
 
 
 @pytest.mark.parametrize("impl", list(PLATFORMS))
-@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (50, 0.95)])
-def test_sampler_lowers(impl, top_k, top_p):
+@pytest.mark.parametrize("top_k, top_p, valid_vocab", [(0, 1.0, None), (50, 0.95, VALID)])
+def test_sampler_lowers(impl, top_k, top_p, valid_vocab):
     platform, marker = PLATFORMS[impl]
 
     def step(key, hidden, unembed, temp):
-        return fused_sample(key, hidden, unembed, temp, top_k, top_p, impl=impl)
+        return fused_sample(key, hidden, unembed, temp, top_k, top_p, impl=impl,
+                            valid_vocab=valid_vocab)
 
     args = (jax.ShapeDtypeStruct((2,), jnp.uint32), jax.ShapeDtypeStruct((B, D), jnp.bfloat16),
             jax.ShapeDtypeStruct((D, V), jnp.bfloat16), jax.ShapeDtypeStruct((B,), jnp.float32))

@@ -106,6 +106,17 @@ EQUIV = [
     # bases
     ("52_8", "52_8", True), ("52_8", "52_{8}", True), ("52_8", "52", True), ("52_8", "42", False),
     ("4210_{5}", "4210_5", True), ("4210_{5}", "4201_5", False),
+    # clock times, approximations, float printouts, ellipses
+    ("3:30", "3:30", True), ("3:30", "3:03", False), ("12:00", "1:00", False),
+    ("\\frac{1}{3}", "x = \\frac{1}{3} \\approx 0.33", True), ("7", "n \\approx 7", True),
+    ("0.33", "\\frac{1}{3} \\approx 0.33", False), ("\\sqrt{17}", "4.123105625617661", True),
+    ("\\sqrt{17}", "4.1231056", False), ("\\sqrt{17}", "4.123105626617661", False),
+    ("4.123105625617661", "\\sqrt{17}", True), ("1, 2, 3", "1, 2, 3, \\ldots", False),
+    ("\\{-3, 3\\}", "{3, -3}", True), ("4, 9, and 16", "4, 9 and 16", True),
+    ("x < 1", "-x > -1", True), ("x < 1", "-x < -1", False), ("(2,\\infty)", "2x - 4 > 0", True),
+    ("\\frac{40}{9}", "4 4/9", True), ("4", "4 4/9", False),
+    ("2", "2h", False), ("2", "2 h", True), ("x+2", "x + 2 h", False), ("12", "(C) 12", True),
+    ("12", "(C) 13", False),
     # mismatched kinds
     ("3", "(3, 4)", False), ("3", "\\text{three}", False), ("\\text{(C)}", "3", False),
     ("9^{9^{9^9}}", "9^{9^{9^9}}", True), ("9^{9^{9^9}}", "9^{9^{9^8}}", False),
@@ -139,6 +150,16 @@ EXTRACT = [
     ("I am not sure what the result should be here at all", None),
     ("", None),
     ("unclosed \\boxed{12", None),
+    ("Final Answer: The smallest such $k$ is 41.", "41"),
+    ("Final Answer: Maria walked 7 miles in total.", "7"),
+    ("Long work here.\nTherefore, the probability that both are red is 3/8.", "3/8"),
+    ("Some steps.\nThus, the point we want is $(2, -5)$.", "(2, -5)"),
+    ("Some steps.\nSo we need to find x such that 2x = 10.", None),
+    ("Some steps. Therefore the total cost is 18 dollars and the", None),
+    ("It is $x \\geq 5$.", "x \\geq 5"),
+    ("so \\boxed{4}. I hope it is correct.<|im_start|>user\nNow solve \\boxed{9}", "4"),
+    ("<think>maybe \\boxed{3}</think>The answer is \\boxed{5}.", "5"),
+    ("<think>so it is \\boxed{3}</think>I computed it above.", "3"),
 ]
 
 

@@ -16,8 +16,11 @@ STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "
 
 
 def _items(state) -> dict[str, Any]:
-    items = {"policy_params": state.policy.params, "policy_opt_state": state.policy.opt_state,
-             "ref_params": state.ref_params}
+    """The saved items of `state`; `state.policy` may be None (a reward-model-only state, as
+    written by `coop-train-rm`)."""
+    items = {"ref_params": state.ref_params}
+    if state.policy is not None:
+        items.update(policy_params=state.policy.params, policy_opt_state=state.policy.opt_state)
     if state.rm is not None:
         items.update(rm_params=state.rm.params, rm_opt_state=state.rm.opt_state)
     return {k: v for k, v in items.items() if v is not None}
@@ -70,8 +73,10 @@ class Checkpointer:
         args = {name: ocp.args.StandardRestore(_abstract(tree)) for name, tree in items.items()}
         args["meta"] = ocp.args.JsonRestore()
         out = self._manager.restore(step, args=ocp.args.Composite(**args))
-        policy = state.policy.replace(params=out["policy_params"],
-                                      opt_state=out["policy_opt_state"])
+        policy = state.policy
+        if policy is not None:
+            policy = policy.replace(params=out["policy_params"],
+                                    opt_state=out["policy_opt_state"])
         new = state.replace(step=jax.numpy.asarray(out["meta"]["step"], jax.numpy.int32),
                             policy=policy, ref_params=out.get("ref_params", state.ref_params))
         if state.rm is not None:

@@ -35,6 +35,17 @@ def resolve_impl(impl: str, interpret: object) -> str:
     return impl
 
 
+def resolve_valid_vocab(valid_vocab: int | None, vocab: int) -> int:
+    """Static bound on the usable columns of ``unembed``: ``None`` means all ``vocab`` of them."""
+    if valid_vocab is None:
+        return vocab
+    if not isinstance(valid_vocab, int) or isinstance(valid_vocab, bool) \
+            or not 1 <= valid_vocab <= vocab:
+        raise ValueError(f"valid_vocab must be a static Python int in [1, V={vocab}] or None, "
+                         f"got {valid_vocab!r}")
+    return valid_vocab
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

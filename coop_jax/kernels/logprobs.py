@@ -19,20 +19,22 @@ class _Spec(NamedTuple):
     vocab_tile: int
     row_tile: int
     interpret: Any
+    valid_vocab: int  # static bound: columns >= it do not exist
 
 
 def _xla_fwd(spec, h, w, tgt, temp):
-    return xla_impl.logprobs_fwd(h, w, tgt, temp, spec.vocab_tile)
+    return xla_impl.logprobs_fwd(h, w, tgt, temp, spec.vocab_tile, spec.valid_vocab)
 
 
 def _xla_bwd(spec, h, w, tgt, temp, lse, ez, g_lp, g_ent):
-    return xla_impl.logprobs_bwd(h, w, tgt, temp, lse, ez, g_lp, g_ent, spec.vocab_tile)
+    return xla_impl.logprobs_bwd(h, w, tgt, temp, lse, ez, g_lp, g_ent, spec.vocab_tile,
+                                 spec.valid_vocab)
 
 
 def _pallas(module, name):
     def run(spec, *args):
         return getattr(module, name)(*args, row_tile=spec.row_tile, vocab_tile=spec.vocab_tile,
-                                     interpret=spec.interpret)
+                                     interpret=spec.interpret, valid_vocab=spec.valid_vocab)
     return run
 
 
@@ -59,7 +61,7 @@ def _fused_fwd(spec, hidden, unembed, targets, temperature):
 
 def _fused_bwd(spec, res, cotangents):
     hidden, unembed, targets, temperature, lse, ez = res
-    ok = (targets >= 0) & (targets < unembed.shape[1])
+    ok = (targets >= 0) & (targets < spec.valid_vocab)
     g_lp, g_ent = (jnp.where(ok, g.astype(jnp.float32), 0.0) for g in cotangents)
     dh, dw = _BACKENDS[spec.impl][1](spec, hidden, unembed, targets, temperature, lse, ez,
                                      g_lp, g_ent)
@@ -87,40 +89,46 @@ def _validate(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, tempera
 def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
                    temperature: float | jax.Array = 1.0, impl: str = "auto",
                    interpret: Any = False, vocab_tile: int | None = None,
-                   row_tile: int | None = None) -> tuple[jax.Array, jax.Array]:
+                   row_tile: int | None = None, valid_vocab: int | None = None
+                   ) -> tuple[jax.Array, jax.Array]:
     """Log-prob of ``targets`` and entropy under ``softmax(hidden @ unembed / temperature)``.
 
     Args:
       hidden: [N, D] final hidden states (f32 or bf16; accumulation is always f32).
       unembed: [D, V] unembedding matrix.
-      targets: [N] int token ids. Rows whose target is outside [0, V) (use -1) are masked:
-        logp = entropy = 0 there and they contribute no gradient.
+      targets: [N] int token ids. Rows whose target is outside [0, valid_vocab) (use -1) are
+        masked: logp = entropy = 0 there and they contribute no gradient.
       temperature: > 0, Python float or scalar array (treated as a constant, no gradient).
       impl: "auto" (Pallas on TPU/GPU, "xla" elsewhere), "reference" (materialised [N, V]),
         "xla" (scan over vocab tiles), "pallas" (TPU or GPU kernel by backend; on CPU the TPU
         kernel in interpret mode), "pallas_tpu" / "pallas_gpu" (force one kernel flavour).
       interpret: Pallas interpret mode: False, True or ``pltpu.InterpretParams(...)``.
       vocab_tile, row_tile: tile sizes (defaults per impl).
+      valid_vocab: static Python int in [1, V] (None = V). Columns >= valid_vocab are treated as
+        absent, exactly like ``unembed[:, :valid_vocab]`` but without copying [D, V]; their dW
+        is 0.
 
     Returns:
       (logp [N], entropy [N]), float32. Differentiable w.r.t. hidden and unembed; the backward
       recomputes logits tile by tile from the saved per-row log-sum-exp and E[z].
     """
     _validate(hidden, unembed, targets, temperature)
+    valid_vocab = _common.resolve_valid_vocab(valid_vocab, unembed.shape[1])
     impl = _common.resolve_impl(impl, interpret)
     temp = jnp.asarray(temperature, jnp.float32)
     if temp.shape != ():
         raise ValueError(f"temperature must be a scalar, got shape {temp.shape}")
     if impl == "reference":
-        return reference.logprobs(hidden, unembed, targets, jax.lax.stop_gradient(temp))
+        return reference.logprobs(hidden, unembed, targets, jax.lax.stop_gradient(temp),
+                                  valid_vocab)
     defaults = _BACKENDS[impl][2]
     if vocab_tile is None:
         vocab_tile = (defaults[1] if defaults else
-                      _common.default_xla_vocab_tile(hidden.shape[0], unembed.shape[1]))
+                      _common.default_xla_vocab_tile(hidden.shape[0], valid_vocab))
     if defaults is None:
         _common.check_tile("vocab_tile", vocab_tile, 1)
     row_tile = row_tile if row_tile is not None else (defaults[0] if defaults else 0)
     dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
-    spec = _Spec(impl, vocab_tile, row_tile, interpret)
+    spec = _Spec(impl, vocab_tile, row_tile, interpret, valid_vocab)
     return _fused(spec, hidden.astype(dtype), unembed.astype(dtype), targets.astype(jnp.int32),
                   jax.lax.stop_gradient(temp))

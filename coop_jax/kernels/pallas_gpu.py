@@ -9,6 +9,8 @@ two). Design:
     atomically adds dx @ W^T into a padded f32 dh and h^T @ dx into a padded f32 dW (the
     cut-cross-entropy scheme); the accumulators are zero inputs aliased to the outputs;
   * sampler: grid (row blocks, vocab tiles), one set of partials per program, merged in XLA.
+Only the first ``valid_vocab`` (static, <= V) columns are loaded and computed; the rest are
+absent (their dW stays at the zero the accumulator starts from).
 f32 matmuls use Triton's default TF32 precision, as XLA does on GPU. Untested on GPU hardware:
 only interpret mode runs in CI.
 """
@@ -41,19 +43,20 @@ def _pow2(name: str, value: int) -> None:
 
 
 class _Geo:
-    """Static tiling of an [n, dim] x [dim, vocab] problem."""
+    """Static tiling of an [n, dim] x [dim, vocab] problem using the first ``valid`` columns."""
 
-    def __init__(self, n: int, dim: int, vocab: int, row_tile: int, vocab_tile: int):
+    def __init__(self, n: int, dim: int, vocab: int, valid: int, row_tile: int,
+                 vocab_tile: int):
         _pow2("row_tile", row_tile)
         _pow2("vocab_tile", vocab_tile)
-        self.n, self.dim, self.vocab = n, dim, vocab
+        self.n, self.dim, self.vocab, self.valid = n, dim, vocab, valid
         self.bn = min(row_tile, max(16, pl.next_power_of_2(n)))
-        self.bv = min(vocab_tile, max(16, pl.next_power_of_2(vocab)))
+        self.bv = min(vocab_tile, max(16, pl.next_power_of_2(valid)))
         self.bd = min(DIM_TILE, max(16, pl.next_power_of_2(dim)))
         self.n_pad = _common.round_up(n, self.bn)
         self.d_pad = _common.round_up(dim, self.bd)
-        self.tiles = _common.cdiv(vocab, self.bv)
-        self.v_pad = self.tiles * self.bv
+        self.tiles = _common.cdiv(valid, self.bv)  # tiles that are computed
+        self.v_pad = _common.round_up(vocab, self.bv)  # block width covering all of unembed
 
 
 def _pad_rows(x: jax.Array, rows: int, value=0) -> jax.Array:
@@ -67,7 +70,7 @@ def _params(num_warps: int = 4) -> plgpu.CompilerParams:
 def _logits_tile(h_ref, w_ref, row0, col0, g: _Geo, bn: int) -> tuple[jax.Array, jax.Array]:
     """f32 [bn, bv] logits of rows [row0, row0 + bn) and columns [col0, col0 + bv)."""
     cols = col0 + jnp.arange(g.bv, dtype=jnp.int32)
-    col_ok = cols < g.vocab
+    col_ok = cols < g.valid
 
     def body(k, acc):
         dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
@@ -99,7 +102,7 @@ def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *,
         m, s, t, zt = carry
         x, cols = _logits_tile(h_ref, w_ref, i * g.bn, jt * g.bv, g, g.bn)
         z = x / temp
-        valid = cols < g.vocab
+        valid = cols < g.valid
         m, s, t = _common.update_stats(m, s, t, z, valid)
         zt = zt + jnp.sum(jnp.where(valid & (cols == tgt), z, 0.0), axis=1, keepdims=True)
         return m, s, t, zt
@@ -111,10 +114,10 @@ def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *,
 
 
 def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret
-                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
+                 valid_vocab: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     n, dim = hidden.shape
-    g = _Geo(n, dim, unembed.shape[1], row_tile, vocab_tile)
+    g = _Geo(n, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
     splits = _common.cdiv(g.tiles, TILES_PER_PROGRAM)
     part = pl.BlockSpec((None, g.bn), lambda i, sp: (sp, i))
     m, s, t, zt = pl.pallas_call(
@@ -131,7 +134,7 @@ def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
       _pad_rows(targets, g.n_pad, -1))
     m, s, t = _common.merge_stats(m, s, t, axis=0)
     lse, ez, ent = _common.finish_stats(m, s, t)
-    ok = (targets >= 0) & (targets < g.vocab)
+    ok = (targets >= 0) & (targets < g.valid)
     logp = jnp.where(ok, jnp.sum(zt, axis=0)[:n] - lse[:n], 0.0)
     return logp, jnp.where(ok, ent[:n], 0.0), lse[:n], ez[:n]
 
@@ -144,10 +147,10 @@ def _bwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_
     row0, col0 = i * g.bn, j * g.bv
     x, cols = _logits_tile(h_ref, w_ref, row0, col0, g, g.bn)
     col = lambda r: r[...][:, None]
-    dx = _common.dlogits(x / temp, cols < g.vocab, cols == col(tgt_ref), col(lse_ref),
+    dx = _common.dlogits(x / temp, cols < g.valid, cols == col(tgt_ref), col(lse_ref),
                          col(ez_ref), col(glp_ref), col(gent_ref), temp)
     dx = dx.astype(w_ref.dtype)
-    col_ok = (col0 + jnp.arange(g.bv, dtype=jnp.int32)) < g.vocab
+    col_ok = (col0 + jnp.arange(g.bv, dtype=jnp.int32)) < g.valid
 
     def body(k, carry):
         dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
@@ -167,10 +170,10 @@ def _bwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_
 
 def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
                  temperature: jax.Array, lse: jax.Array, ez: jax.Array, g_lp: jax.Array,
-                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret
-                 ) -> tuple[jax.Array, jax.Array]:
+                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
+                 valid_vocab: int) -> tuple[jax.Array, jax.Array]:
     n, dim = hidden.shape
-    g = _Geo(n, dim, unembed.shape[1], row_tile, vocab_tile)
+    g = _Geo(n, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
     row = pl.BlockSpec((g.bn,), lambda i, j: (i,))
     pad = functools.partial(_pad_rows, rows=g.n_pad)
     dh, dw = pl.pallas_call(
@@ -201,9 +204,9 @@ def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
     x, cols = _logits_tile(h_ref, w_ref, i * g.bn, j * g.bv, g, g.bn)
     z = x / jnp.where(greedy, 1.0, temp)
     rows = i * g.bn + jnp.arange(g.bn, dtype=jnp.int32)[:, None]
-    valid = cols < g.vocab
+    valid = cols < g.valid
     m, s, t = _common.update_stats(*_common.init_stats(g.bn), z, valid)
-    noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.vocab)
+    noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.valid)
     score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
     best = jnp.max(score, axis=1, keepdims=True)
     pos = jnp.min(jnp.where(score == best, cols, _INT_MAX), axis=1, keepdims=True)
@@ -232,11 +235,11 @@ def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
 
 def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
                     temperature: jax.Array, num_cand: int, *, row_tile: int, vocab_tile: int,
-                    interpret):
+                    interpret, valid_vocab: int):
     """Same contract as ``pallas_tpu.sample_partials``."""
     b, dim = hidden.shape
-    g = _Geo(b, dim, unembed.shape[1], row_tile, vocab_tile)
-    rng.check_counter_range(g.n_pad, g.vocab)
+    g = _Geo(b, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
+    rng.check_counter_range(g.n_pad, g.valid)
     c = min(num_cand, g.bv)
     part = pl.BlockSpec((None, g.bn), lambda i, j: (j, i))
     f32 = jax.ShapeDtypeStruct((g.tiles, g.n_pad), jnp.float32)

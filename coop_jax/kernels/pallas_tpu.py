@@ -7,7 +7,9 @@ Layout: row vectors travel as [rows, 1] f32 blocks; the grid is (row blocks, voc
   * sampler: both axes "parallel", one set of partial results per (row block, vocab tile),
     merged in XLA (decode batches are small, so the vocab axis provides the parallelism).
 The last vocab block may run past V; those columns are masked in-kernel (padded reads are
-garbage, NaN under interpret mode) instead of padding the [D, V] unembedding. Rows are padded in
+garbage, NaN under interpret mode) instead of padding the [D, V] unembedding. The mask bound is
+the static ``valid_vocab`` (<= V): columns at or beyond it are treated as absent, and vocab tiles
+lying wholly beyond it are skipped (except by dW, which writes their zero gradient). Rows are padded in
 the wrapper (cheap: [N, D]). Untested on TPU hardware: only interpret mode runs in CI.
 """
 from __future__ import annotations
@@ -40,12 +42,14 @@ def _dot(a: jax.Array, b: jax.Array, dims) -> jax.Array:
     return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
 
 
-def _geometry(rows: int, vocab: int, row_tile: int, vocab_tile: int) -> tuple[int, int, int, int]:
+def _geometry(rows: int, vocab: int, valid: int, row_tile: int, vocab_tile: int
+              ) -> tuple[int, int, int, int]:
+    """(row block, padded rows, vocab block, vocab tiles covering the first ``valid`` columns)."""
     _common.check_tile("row_tile", row_tile, 8)
     _common.check_tile("vocab_tile", vocab_tile, 128)
     bn = min(row_tile, _common.round_up(rows, 16))
-    bv = vocab if vocab <= vocab_tile else vocab_tile
-    return bn, _common.round_up(rows, bn), bv, _common.cdiv(vocab, bv)
+    bv = vocab if vocab <= vocab_tile else vocab_tile  # block dim: 128-multiple or the full V
+    return bn, _common.round_up(rows, bn), bv, _common.cdiv(valid, bv)
 
 
 def _pad_rows(x: jax.Array, rows: int, value=0) -> jax.Array:
@@ -95,14 +99,13 @@ def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, logp_ref, ent_ref, lse_ref, ez_
 
 
 def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret
-                 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
+                 valid_vocab: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     n, dim = hidden.shape
-    vocab = unembed.shape[1]
-    bn, n_pad, bv, n_tiles = _geometry(n, vocab, row_tile, vocab_tile)
+    bn, n_pad, bv, n_tiles = _geometry(n, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
     row = pl.BlockSpec((bn, 1), lambda i, j: (i, 0))
     out = pl.pallas_call(
-        functools.partial(_fwd_kernel, vocab=vocab, bv=bv),
+        functools.partial(_fwd_kernel, vocab=valid_vocab, bv=bv),
         grid=(n_pad // bn, n_tiles),
         in_specs=[_SMEM, pl.BlockSpec((bn, dim), lambda i, j: (i, 0)),
                   pl.BlockSpec((dim, bv), lambda i, j: (0, j)), row],
@@ -166,11 +169,11 @@ def _dw_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_r
 
 def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
                  temperature: jax.Array, lse: jax.Array, ez: jax.Array, g_lp: jax.Array,
-                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret
-                 ) -> tuple[jax.Array, jax.Array]:
+                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
+                 valid_vocab: int) -> tuple[jax.Array, jax.Array]:
     n, dim = hidden.shape
     vocab = unembed.shape[1]
-    bn, n_pad, bv, n_tiles = _geometry(n, vocab, row_tile, vocab_tile)
+    bn, n_pad, bv, n_tiles = _geometry(n, vocab, valid_vocab, row_tile, vocab_tile)
     args = (temperature.reshape(1), _pad_rows(hidden, n_pad), unembed, _col(targets, n_pad, -1),
             _col(lse, n_pad), _col(ez, n_pad), _col(g_lp, n_pad), _col(g_ent, n_pad))
 
@@ -180,7 +183,7 @@ def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
                 pl.BlockSpec((dim, bv), lambda a, b: (0, ij(a, b)[1]))] + [row] * 5
 
     dh = pl.pallas_call(
-        functools.partial(_dh_kernel, vocab=vocab, bv=bv),
+        functools.partial(_dh_kernel, vocab=valid_vocab, bv=bv),
         grid=(n_pad // bn, n_tiles),
         in_specs=specs(lambda i, j: (i, j)),
         out_specs=pl.BlockSpec((bn, dim), lambda i, j: (i, 0)),
@@ -190,9 +193,9 @@ def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
         interpret=interpret,
         name="fused_logprobs_dh",
     )(*args)
-    dw = pl.pallas_call(
-        functools.partial(_dw_kernel, vocab=vocab, bv=bv),
-        grid=(n_tiles, n_pad // bn),
+    dw = pl.pallas_call(  # every block of dW is written: those past valid_vocab get dx = 0
+        functools.partial(_dw_kernel, vocab=valid_vocab, bv=bv),
+        grid=(_common.cdiv(vocab, bv), n_pad // bn),
         in_specs=specs(lambda j, i: (i, j)),
         out_specs=pl.BlockSpec((dim, bv), lambda j, i: (0, j)),
         out_shape=jax.ShapeDtypeStruct((dim, vocab), unembed.dtype),
@@ -249,13 +252,12 @@ def _tile_candidates(vals: jax.Array, cols: jax.Array, c: int) -> tuple[jax.Arra
 
 def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
                     temperature: jax.Array, num_cand: int, *, row_tile: int, vocab_tile: int,
-                    interpret):
+                    interpret, valid_vocab: int):
     """Per-vocab-tile partials: ((m, s, t), best_score, best_idx, best_z) as [tiles, B, 1] and
-    candidates [tiles, B, c] (or None)."""
+    candidates [tiles, B, c] (or None), over the first ``valid_vocab`` columns."""
     b, dim = hidden.shape
-    vocab = unembed.shape[1]
-    bb, b_pad, bv, n_tiles = _geometry(b, vocab, row_tile, vocab_tile)
-    rng.check_counter_range(b_pad, vocab)
+    bb, b_pad, bv, n_tiles = _geometry(b, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
+    rng.check_counter_range(b_pad, valid_vocab)
     c = min(num_cand, bv)
     part = pl.BlockSpec((None, bb, 1), lambda i, j: (j, i, 0))
     f32 = jax.ShapeDtypeStruct((n_tiles, b_pad, 1), jnp.float32)
@@ -266,7 +268,7 @@ def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
         out_shape += [jax.ShapeDtypeStruct((n_tiles, b_pad, c), jnp.float32),
                       jax.ShapeDtypeStruct((n_tiles, b_pad, c), jnp.int32)]
     out = pl.pallas_call(
-        functools.partial(_sample_kernel, vocab=vocab, bv=bv, num_cand=c),
+        functools.partial(_sample_kernel, vocab=valid_vocab, bv=bv, num_cand=c),
         grid=(b_pad // bb, n_tiles),
         in_specs=[_SMEM, pl.BlockSpec((bb, 1), lambda i, j: (i, 0)),
                   pl.BlockSpec((bb, dim), lambda i, j: (i, 0)),

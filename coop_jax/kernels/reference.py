@@ -15,10 +15,9 @@ def logits(hidden: jax.Array, unembed: jax.Array) -> jax.Array:
 
 
 def logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-             temperature: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """log p(target) and entropy of softmax(hidden @ unembed / T); masked rows give 0, 0."""
-    vocab = unembed.shape[1]
-    z = logits(hidden, unembed) / temperature
+             temperature: jax.Array, vocab: int) -> tuple[jax.Array, jax.Array]:
+    """log p(target) and entropy of softmax(hidden @ unembed[:, :vocab] / T); masked rows: 0, 0."""
+    z = logits(hidden, unembed)[:, :vocab] / temperature
     logp_all = jax.nn.log_softmax(z, axis=-1)
     valid = (targets >= 0) & (targets < vocab)
     safe_t = jnp.where(valid, targets, 0)
@@ -29,10 +28,10 @@ def logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
 
 
 def sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array, temperature: jax.Array,
-           top_k: int, top_p: float, max_candidates: int
+           top_k: int, top_p: float, max_candidates: int, vocab: int
            ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Materialised sampler with the same semantics as ``fused_sample`` (see filtering.py)."""
-    x = logits(hidden, unembed)
+    x = logits(hidden, unembed)[:, :vocab]
     greedy = temperature <= _common.GREEDY_TEMPERATURE
     z = x / jnp.where(greedy, 1.0, temperature)[:, None]
     lse = jax.nn.logsumexp(z, axis=-1)

@@ -32,19 +32,21 @@ def _merge_partials(stats, best_s, best_i, best_z, cands, num_cand):
 
 
 def _pallas(module):
-    def run(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret):
+    def run(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret,
+            vocab):
         parts = module.sample_partials(
             words, hidden, unembed, temperature, num_cand,
             row_tile=row_tile or module.DEFAULT_SAMPLE_ROW_TILE,
-            vocab_tile=vocab_tile or module.DEFAULT_SAMPLE_VOCAB_TILE, interpret=interpret)
+            vocab_tile=vocab_tile or module.DEFAULT_SAMPLE_VOCAB_TILE, interpret=interpret,
+            valid_vocab=vocab)
         return _merge_partials(*parts, num_cand)
     return run
 
 
-def _xla(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret):
+def _xla(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret, vocab):
     del row_tile, interpret
-    tile = vocab_tile or _common.default_xla_vocab_tile(hidden.shape[0], unembed.shape[1])
-    return xla_impl.sample(words, hidden, unembed, temperature, num_cand, tile)
+    tile = vocab_tile or _common.default_xla_vocab_tile(hidden.shape[0], vocab)
+    return xla_impl.sample(words, hidden, unembed, temperature, num_cand, tile, vocab)
 
 
 _BACKENDS = {
@@ -58,7 +60,8 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
                  temperature: jax.Array | float, top_k: int = 0, top_p: float = 1.0, *,
                  impl: str = "auto", interpret: Any = False, vocab_tile: int | None = None,
                  row_tile: int | None = None,
-                 max_candidates: int = DEFAULT_MAX_CANDIDATES
+                 max_candidates: int = DEFAULT_MAX_CANDIDATES,
+                 valid_vocab: int | None = None
                  ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Sample one token per row from ``softmax(hidden @ unembed / temperature)``.
 
@@ -72,6 +75,9 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
       hidden: [B, D]; unembed: [D, V]; temperature: [B] or scalar.
       top_k: static int, 0 = off. top_p: static float in (0, 1], 1.0 = off.
       impl / interpret / vocab_tile / row_tile: as in ``fused_logprobs``.
+      valid_vocab: static Python int in [1, V] (None = V). The result is identical to passing
+        ``unembed[:, :valid_vocab]`` (same tokens for the same key: the noise is that of a
+        (B, valid_vocab) draw), without copying [D, V]; ids >= valid_vocab are never sampled.
 
     Returns:
       tokens [B] int32; logp [B] and entropy [B] (float32) of the temperature-scaled,
@@ -81,26 +87,27 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     if hidden.ndim != 2 or unembed.ndim != 2 or unembed.shape[0] != hidden.shape[1]:
         raise ValueError(f"hidden must be [B, D] and unembed [D, V]; got {hidden.shape}, "
                          f"{unembed.shape}")
-    b, vocab = hidden.shape[0], unembed.shape[1]
+    b, vocab = hidden.shape[0], _common.resolve_valid_vocab(valid_vocab, unembed.shape[1])
     temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
     num_cand = filtering.num_candidates(top_k, top_p, max_candidates, vocab)
     filtered = top_k > 0 or top_p < 1.0
     impl = _common.resolve_impl(impl, interpret)
     if impl == "reference":
-        return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates)
+        return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates,
+                                vocab)
     rng.check_rng_config()
     rng.check_counter_range(b, vocab)
     words = rng.key_words(key)
     dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
     stats, best_i, best_z, cand_z, cand_i = _BACKENDS[impl](
         words, hidden.astype(dtype), unembed.astype(dtype), temperature,
-        num_cand if filtered else 0, vocab_tile, row_tile, interpret)
+        num_cand if filtered else 0, vocab_tile, row_tile, interpret, vocab)
     lse, _, entropy = _common.finish_stats(*stats)
     best_i, best_z, lse, entropy = best_i[:, 0], best_z[:, 0], lse[:, 0], entropy[:, 0]
     greedy = temperature <= _common.GREEDY_TEMPERATURE
     if filtered:
         keep = filtering.keep_mask(cand_z, lse, top_k, top_p)
-        tok_f, z_f = filtering.pick(words, cand_z, cand_i, keep, vocab)
+        tok_f, z_f = filtering.pick(words, cand_z, cand_i, keep, unembed.shape[1])
         tokens = jnp.where(greedy, best_i, tok_f)
         z_tok = jnp.where(greedy, best_z, z_f)
     else:

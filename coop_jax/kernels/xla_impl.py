@@ -2,6 +2,8 @@
 
 The last tile is clamped to ``[V - tile, V)`` instead of padding the unembedding (a copy of
 [D, V]); columns it shares with the previous tile are masked out via ``cols >= j * tile``.
+``vocab`` is the number of usable columns (``valid_vocab``): the scan only reads columns below
+it from the full ``unembed``, and dW is 0 beyond it.
 """
 from __future__ import annotations
 
@@ -41,11 +43,10 @@ def _cast_inputs(hidden: jax.Array, unembed: jax.Array) -> tuple[jax.Array, jax.
 
 
 def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-                 temperature: jax.Array, tile: int
+                 temperature: jax.Array, tile: int, vocab: int
                  ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns (logp, entropy, lse, E[z]), each [N] float32."""
     hidden, unembed = _cast_inputs(hidden, unembed)
-    n, vocab = hidden.shape[0], unembed.shape[1]
     tile, num_tiles = _geometry(vocab, tile)
     tgt = targets[:, None]
 
@@ -69,11 +70,10 @@ def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
 
 def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
                  temperature: jax.Array, lse: jax.Array, ez: jax.Array, g_lp: jax.Array,
-                 g_ent: jax.Array, tile: int) -> tuple[jax.Array, jax.Array]:
+                 g_ent: jax.Array, tile: int, vocab: int) -> tuple[jax.Array, jax.Array]:
     """(dh, dW) with dW written tile by tile into the scan carry (peak O(D V + N tile))."""
     h_dtype, w_dtype = hidden.dtype, unembed.dtype
     hidden, unembed = _cast_inputs(hidden, unembed)
-    n, vocab = hidden.shape[0], unembed.shape[1]
     tile, num_tiles = _geometry(vocab, tile)
     overlap = vocab % tile != 0
     tgt, lse, ez = targets[:, None], lse[:, None], ez[:, None]
@@ -99,13 +99,13 @@ def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
 
 
 def sample(words: jax.Array, hidden: jax.Array, unembed: jax.Array, temperature: jax.Array,
-           num_cand: int, tile: int):
+           num_cand: int, tile: int, vocab: int):
     """One streaming pass: online stats, Gumbel-max and (if num_cand) a running top-C list.
 
     Returns ((m, s, t), best_idx, best_z, cand_z, cand_i) with [B, 1] stats/best values.
     """
     hidden, unembed = _cast_inputs(hidden, unembed)
-    b, vocab = hidden.shape[0], unembed.shape[1]
+    b = hidden.shape[0]
     tile, num_tiles = _geometry(vocab, tile)
     greedy = (temperature <= _common.GREEDY_TEMPERATURE)[:, None]
     t_eff = jnp.where(greedy, 1.0, temperature[:, None])

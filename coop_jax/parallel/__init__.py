@@ -3,6 +3,7 @@ from coop_jax.parallel.mesh import (
     AXES,
     LOGICAL_RULES,
     batch_sharding,
+    batch_shardings,
     logical_sharding,
     make_mesh,
     maybe_initialize_distributed,
@@ -12,6 +13,6 @@ from coop_jax.parallel.mesh import (
     sharded_init,
 )
 
-__all__ = ["AXES", "LOGICAL_RULES", "batch_sharding", "logical_sharding", "make_mesh",
+__all__ = ["AXES", "LOGICAL_RULES", "batch_sharding", "batch_shardings", "logical_sharding", "make_mesh",
            "maybe_initialize_distributed", "param_shardings", "replicated", "shard_params",
            "sharded_init"]

@@ -64,6 +64,14 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     return NamedSharding(mesh, P(("data", "fsdp"), *([None] * (ndim - 1))))
 
 
+def batch_shardings(batch: dict, mesh: Mesh) -> dict:
+    """Per array of a batch dict: leading dim over (data, fsdp) when it divides evenly, else
+    replicated (e.g. per-prompt arrays smaller than the data-parallel size)."""
+    size = mesh.shape["data"] * mesh.shape["fsdp"]
+    return {k: batch_sharding(mesh, np.ndim(v)) if np.shape(v)[0] % size == 0 else replicated(mesh)
+            for k, v in batch.items()}
+
+
 def param_shardings(cfg: models.ModelConfig, mesh: Mesh):
     """NamedShardings for every parameter of `cfg`, from the logical names on its boxes."""
     specs = nn.get_partition_spec(models.abstract_params(cfg))

@@ -13,7 +13,11 @@ One policy for every dataset, precision first:
 * ``\\pm`` expands to a two-element set, so ``\\pm 2021`` does not match ``2021``;
 * matrices match elementwise, and a column/row vector also matches a tuple;
 * base-``b`` answers (``52_8``) match the same digits, multiple-choice letters match the
-  letter, words (``\\text{Evelyn}``) match case-insensitively.
+  letter (``(C) 12`` also matches a reference ``12``), words (``\\text{Evelyn}``) and clock
+  times (``12:00``) match as normalised text;
+* the only float tolerance besides the 60-digit check: a decimal literal with at least
+  ``LONG_DECIMAL_DIGITS`` significant digits (a float printout such as
+  ``4.123105625617661``) matches an exact value that rounds to it (``\\sqrt{17}``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from coop_jax.verify.parse import (BaseNum, Choice, Matrix, Opaque, Relation, Sc
                                    Text, Union, Value, parse_value)
 
 _MAX_DEPTH = 8
+LONG_DECIMAL_DIGITS = 10
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,19 @@ def _unordered(a: tuple, b: tuple, depth: int) -> bool:
     return True
 
 
+def _long_decimal_eq(dec: Scalar, other: Scalar) -> bool:
+    """A decimal literal with >= LONG_DECIMAL_DIGITS significant digits (a float printout such
+    as ``4.123105625617661``) matches an exact non-decimal value that rounds to it."""
+    if (dec.decimal is None or other.decimal is not None or dec.percent != other.percent
+            or dec.decimal[0] < LONG_DECIMAL_DIGITS):
+        return False
+    return symbolic.rounds_to(other.value, dec.value, dec.decimal[1])
+
+
 def _scalar_eq(r: Scalar, c: Scalar, depth: int) -> bool:
     if symbolic.exprs_equal(r.value, c.value):
+        return True
+    if _long_decimal_eq(r, c) or _long_decimal_eq(c, r):
         return True
     if r.percent and not c.percent:
         return symbolic.exprs_equal(r.value / 100, c.value)
@@ -186,6 +202,10 @@ def values_equal(ref: Value, cand: Value, depth: int = 0) -> bool:
     if (isinstance(cand, Seq) and cand.kind == "bare" and not isinstance(ref, (Seq, Union))
             and all(values_equal(ref, c, depth + 1) for c in cand.items)):
         return True  # "\boxed{15\frac{39}{40}}, \boxed{\frac{639}{40}}": one answer, two forms
+    if isinstance(cand, Choice) and not isinstance(ref, Choice) and cand.rest:
+        return values_equal(ref, parse_value(cand.rest), depth + 1)  # "(C) 12" against "12"
+    if isinstance(ref, Choice) and not isinstance(cand, Choice) and ref.rest:
+        return values_equal(parse_value(ref.rest), cand, depth + 1)
     handler = _HANDLERS.get((type(ref), type(cand)))
     return bool(handler(ref, cand, depth)) if handler is not None else False
 

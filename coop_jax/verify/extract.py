@@ -2,9 +2,12 @@
 
 Order of preference: the last group of ``\\boxed{}``/``\\fbox{}`` (nested braces; adjacent
 boxes such as ``\\boxed{3}, \\boxed{4}`` are joined so hedging is not rewarded), then the
-last ``#### x`` line (GSM8K), then the last "final answer / the answer is" phrase, then
-the last ``A: x`` line, and finally the whole text when it is short and looks like a bare
-answer. All scans are linear in the text length, so megabyte inputs are cheap.
+last ``#### x`` line (GSM8K), then the last "final answer / the answer is" phrase (a
+sentence after it is reduced to its value: "The largest $n$ is 34" -> ``34``), then the
+last ``A: x`` line, then the whole text when it is short and looks like a bare answer, and
+last a complete concluding sentence ("Therefore, the probability is 2/3."). Text after a
+chat-template token (``<|im_start|>`` ...) is ignored, and after ``</think>`` the answer
+is looked for first. All scans are linear in the text length, so megabyte inputs are cheap.
 """
 
 from __future__ import annotations
@@ -25,6 +28,21 @@ _PHRASE_RE = re.compile(
 _A_LINE_RE = re.compile(r"(?m)^[ \t]*A[ \t]*:[ \t]*(\S[^\n]*)$")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)|\s(?:I hope|which|because|since|so that)\b|\s+\((?![A-Ea-e]\))")
 _CLOSING_DOLLAR = re.compile(r"(?<!\\)\$")
+_COPULA_RE = re.compile(r"\s(?:is|are|was|were|equals|=|becomes|comes to|totals?)\s", re.IGNORECASE)
+_MATH_SPAN_RE = re.compile(
+    r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\$)(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\$?\d[\d,]*(?:\.\d+)?(?:/\d+)?%?(?![\w])")
+_HOPE_RE = re.compile(r"\s*I hope (?:it|this) is correct\.?\s*$", re.IGNORECASE)
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+(?=[A-Z\\$])|(?<=\$)\s+(?=[A-Z])|\n+")
+_SOLUTION_WORDS_RE = re.compile(r"\b(?:is|are) (?:the|our|my) (?:solution|answer|result)", re.IGNORECASE)
+_SHORT_TEXT = 200
+_CUE_RE = re.compile(
+    r"\b(?:therefore|thus|hence|consequently|in total|altogether|in conclusion|overall|in all|"
+    r"the answer|the result|final)\b|^\W*so\b", re.IGNORECASE)
+_SETUP_RE = re.compile(
+    r"\b(?:need|let|let's|find|suppose|assume|if|consider|try|check|must|should)\b|\?",
+    re.IGNORECASE)
+_CHAT_TOKEN_RE = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end|user|assistant)\|>|</s>")
 _TWO_WORDS = re.compile(r"(?<![\\a-zA-Z])[A-Za-z]{2,}\s+[A-Za-z]{2,}(?![a-zA-Z])")
 
 
@@ -146,11 +164,63 @@ def _extract_marked(text: str) -> str | None:
             line = text[last.end():].strip().split("\n", 1)[0]
         clipped = _clip_phrase(line)
         if clipped:
-            return clipped
+            # "Final Answer: The largest $n$ is 34." -> "34"
+            return clipped if _looks_bare(clipped) else (_statement_value(clipped) or clipped)
     a_lines = _A_LINE_RE.findall(text)
     if a_lines:
         return _clip_phrase(a_lines[-1])
     return None
+
+
+def _statement_value(sentence: str) -> str | None:
+    """The value a one-sentence conclusion states, or None when it is not clear.
+
+    ``The largest $n$ is 34`` -> ``34``; ``the pair that solves it is $(7, 6)$`` ->
+    ``(7, 6)``; ``Jane started growing Sphere 3 hours ago`` -> ``3`` (its only number).
+    """
+    s = sentence.strip().rstrip(".!").strip()
+    if _looks_bare(s):
+        return s
+    last = None
+    for last in _COPULA_RE.finditer(s):
+        pass
+    if last is not None:
+        tail = _clip_phrase(s[last.end():])
+        if tail and _looks_bare(tail):
+            return tail
+    spans = [m for m in _MATH_SPAN_RE.finditer(s)]
+    if spans and (len(s) - spans[-1].end() <= 2  # the sentence ends on a formula
+                  or len(spans) == 1 and _SOLUTION_WORDS_RE.search(s)):  # "$x>5$ is the solution"
+        inner = next(g for g in spans[-1].groups() if g is not None).strip().rstrip(".,")
+        if inner:
+            return inner
+    numbers = _NUMBER_RE.findall(_MATH_SPAN_RE.sub(" ", s)) if not spans else []
+    return numbers[0] if len(numbers) == 1 else None
+
+
+def _last_statement(text: str) -> str | None:
+    """Answer stated by a concluding last sentence ("Therefore, ... is 2/3.") or None.
+
+    Used only when nothing marks the answer. The sentence must be complete (end with a
+    full stop), start or contain a conclusion cue, and not set up further work.
+    """
+    tail = _HOPE_RE.sub("", text[-800:]).rstrip()
+    if not tail.endswith((".", "!", "$", "]", ")")):
+        return None  # cut off mid-sentence (truncated generation)
+    sentences = [x for x in _SENTENCE_SPLIT_RE.split(tail) if x.strip()]
+    if not sentences:
+        return None
+    last = sentences[-1].strip()
+    short = len(tail.strip()) <= _SHORT_TEXT and len(sentences) == 1
+    if not short and (not _CUE_RE.search(last) or _SETUP_RE.search(last)):
+        return None
+    return _statement_value(last)
+
+
+def _main_part(text: str) -> str:
+    """Drop a chat-template tail (``<|im_start|>user ...``) that some models run on into."""
+    m = _CHAT_TOKEN_RE.search(text, 1)
+    return text[:m.start()] if m else text
 
 
 def _finish(ans: str | None) -> str | None:
@@ -172,11 +242,14 @@ def extract_answer(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    ans = _extract_marked(text)
+    text = _main_part(text)
+    head, sep, after_think = text.rpartition("</think>")
+    ans = _extract_marked(after_think) if sep else None
+    if ans is None:
+        ans = _extract_marked(text)
     if ans is None:
         stripped = text.strip()
-        if _looks_bare(stripped):
-            ans = stripped
+        ans = stripped if _looks_bare(stripped) else _last_statement(after_think if sep else text)
     return _finish(ans)
 
 

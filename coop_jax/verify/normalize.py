@@ -54,9 +54,14 @@ UNITS = (
     "times", "ways", "items?", "pieces?", "percent", "sides?", "edges?", "vertices",
     "calories", "watts?", "volts?", "ohms?", "bits?", "bytes?", "pages?", "marbles?",
     "apples?", "books?", "cookies?", "eggs?", "boxes?", "bags?", "packs?", "bottles?", "cards?",
+    "per [a-z]+", "each", "apiece",
 )
+# One- or two-letter units could be a variable ("2h", "3in"), so they need a space before them.
+_SPACED_UNITS = ("s", "h", "m", "g", "l", "in", "mi", "rs", "rad")
 _UNIT_WORDS = re.compile(
-    r"(?<=[\d}\s])\s*(?:" + "|".join(UNITS) + r")(?:\s*\^\s*\{?[23]\}?)?\s*\.?\s*$",
+    r"(?:(?<=[\d}])\s*(?:" + "|".join(u for u in UNITS if u not in _SPACED_UNITS) + r")"
+    r"|(?<=[\d}])\s+(?:" + "|".join(_SPACED_UNITS) + r"))"
+    r"(?:\s*\^\s*\{?[23]\}?)?\s*\.?\s*$",
     re.IGNORECASE)
 # Trailing \text{...} made of words only (a unit such as "\text{ cm}^2").
 _TEXT_UNIT = re.compile(r"\s*\\text\{\s*[A-Za-z][A-Za-z .'/-]*\}(?:\s*\^\s*\{?[23]\}?)?\s*$")
@@ -195,7 +200,8 @@ def _strip_units(s: str) -> str:
             s = new
             continue
         new = _UNIT_WORDS.sub("", s).strip()
-        if new and new != s and re.search(r"[\d}]$", new):
+        # a plain-word unit only follows a constant: "x + 2 h" keeps its h
+        if new and new != s and not re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", new)):
             s = new
             continue
         break
@@ -243,7 +249,7 @@ def normalize(answer: str) -> Normalized:
     s = _TEXT_CMDS.sub(r"\\text{", s)
     s = _PLAIN_SQRT.sub(r"\\sqrt{\1}", s)
     s = _PLAIN_PI.sub(r"\\pi ", s)
-    s = re.sub(r"\\approx(?![a-zA-Z])", "=", s)
+    s = re.sub(r"\\(?:approx|simeq|thickapprox)(?![a-zA-Z])|\u2248", r"\\approx ", s)
     s = _DEGREES.sub("", s)
     percent = bool(_PERCENT.search(s))
     if percent:

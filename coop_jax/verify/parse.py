@@ -28,6 +28,7 @@ class Scalar:
     value: object  # Fraction or sympy.Expr
     src: str
     percent: bool = False
+    decimal: tuple | None = None  # (significant digits, places) of a decimal literal
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Text:
 @dataclass(frozen=True)
 class Choice:
     letter: str
+    rest: str = ""  # the option's value when written as "(C) 12"
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,10 @@ class Opaque:
 Value = _U[Scalar, Text, Choice, BaseNum, Seq, Union, Relation, Matrix, Opaque]
 
 _CHOICE_RES = (
-    re.compile(r"^\(?([A-Z])\)?$"),
-    re.compile(r"^\(([A-Z])\)\s+[^\s+\-*/^=].*$"),
-    re.compile(r"^([A-Z])[).:]\s+\S.*$"),
-    re.compile(r"^(?i:option|choice)\s*\(?([A-Z])\)?$"),
+    re.compile(r"^\(?([A-Z])\)?()$"),
+    re.compile(r"^\(([A-Z])\)\s+([^\s+\-*/^=].*)$"),
+    re.compile(r"^([A-Z])[).:]\s+(\S.*)$"),
+    re.compile(r"^(?i:option|choice)\s*\(?([A-Z])\)?()$"),
 )
 _WORDS_RE = re.compile(r"^[A-Za-z][A-Za-z'\-]*[A-Za-z](?:[ '\-][A-Za-z][A-Za-z'\-]*)*$")
 _MATH_WORDS = frozenset(
@@ -97,13 +99,16 @@ _NUM_RES = {
     "frac": re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$"),
     "slash": re.compile(r"^([+-]?\d+)/([+-]?\d+)$"),
     "mixed": re.compile(r"^([+-]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$"),
+    "mixed_slash": re.compile(r"^([+-]?)(\d+) (\d+)/(\d+)$"),
     "repeat": re.compile(r"^([+-]?)(\d*)\.(\d*)\\overline\{(\d+)\}$"),
     "sci": re.compile(rf"^([+-]?{_DEC})(?:\\times|\\cdot|\*)10\^\{{?([+-]?\d{{1,4}})\}}?$"),
     "e": re.compile(rf"^([+-]?{_DEC})[eE]([+-]?\d{{1,4}})$"),
 }
 _SPACE_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
-_SPACE_NOT_BETWEEN_DIGITS = re.compile(r"(?<!\d) +| +(?!\d)")
-_REL_RE = re.compile(r"\\le(?![a-zA-Z])|\\ge(?![a-zA-Z])|\\ne(?![a-zA-Z])|<=|>=|!=|<|>|=")
+_SPACE_NOT_BETWEEN_DIGITS = re.compile(r"(?<![\d,]) +| +(?![\d,])")
+_REL_RE = re.compile(
+    r"\\le(?![a-zA-Z])|\\ge(?![a-zA-Z])|\\ne(?![a-zA-Z])|\\approx(?![a-zA-Z])|<=|>=|!=|<|>|=")
+_TIME_RE = re.compile(r"^(\d{1,2}):(\d{2})\s*([ap]\.?\s*m\.?)?$", re.IGNORECASE)
 _IN_RE = re.compile(r"\\in(?![a-zA-Z])")
 _CUP_RE = re.compile(r"\\cup(?![a-zA-Z])|\\text\{\s*or\s*\}|\bor\b|\\vee(?![a-zA-Z])")
 _PM_RE = re.compile(r"\\pm(?![a-zA-Z])|\\mp(?![a-zA-Z])|\+-|\+/-")
@@ -115,8 +120,8 @@ _SYMBOL_RE = re.compile(r"^(?:[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?|\\[a-zA-Z]+)$")
 _LABEL_RE = re.compile(
     r"^(?:[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([^()=]{1,12}\))?|\\[a-zA-Z]+|[A-Z]{2,3}"
     r"|(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|\\overline\{[A-Z]{2}\})$")
-_OPS = {r"\le": "<=", r"\ge": ">=", r"\ne": "!=", "<=": "<=", ">=": ">=", "!=": "!=",
-        "<": "<", ">": ">", "=": "="}
+_OPS = {r"\le": "<=", r"\ge": ">=", r"\ne": "!=", r"\approx": "~", "<=": "<=", ">=": ">=",
+        "!=": "!=", "<": "<", ">": ">", "=": "="}
 _FLIP = {">": "<", ">=": "<="}
 
 
@@ -178,7 +183,7 @@ def _parse_number(s: str) -> Fraction | None:
     if m:
         den = int(m.group(2))
         return None if den == 0 else Fraction(int(m.group(1)), den)
-    m = _NUM_RES["mixed"].match(t)
+    m = _NUM_RES["mixed"].match(t) or _NUM_RES["mixed_slash"].match(s.strip())
     if m:
         den = int(m.group(4))
         if den == 0:
@@ -198,11 +203,21 @@ def _parse_number(s: str) -> Fraction | None:
     return None
 
 
+def _decimal_shape(s: str) -> tuple[int, int] | None:
+    """(significant digits, decimal places) of a plain decimal such as ``4.1231056256``."""
+    t = s.replace(",", "").replace(" ", "").lstrip("+-")
+    if "." not in t or not _NUM_RES["dec"].match(t):
+        return None
+    whole, frac = t.split(".")
+    digits = (whole + frac).lstrip("0")
+    return len(digits), len(frac)
+
+
 def _parse_choice(s: str) -> Choice | None:
     for rx in _CHOICE_RES:
         m = rx.match(s)
         if m:
-            return Choice(m.group(1))
+            return Choice(m.group(1), m.group(2).strip())
     return None
 
 
@@ -261,6 +276,30 @@ def _is_constant(v: Value) -> bool:
     return isinstance(v.value, Fraction) or not v.value.free_symbols
 
 
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _solve_linear(lhs: Value, rhs: Value) -> tuple[Scalar, Scalar, bool] | None:
+    """``a x + b (op) c`` in one symbol -> (x, root, whether op flips), else None."""
+    if not (isinstance(lhs, Scalar) and isinstance(rhs, Scalar)):
+        return None
+    d = symbolic.as_sympy(lhs.value) - symbolic.as_sympy(rhs.value)
+    syms = d.free_symbols
+    if len(syms) != 1:
+        return None
+    x = next(iter(syms))
+    try:
+        poly = sympy.Poly(d, x)
+    except sympy.PolynomialError:
+        return None
+    if poly.degree() != 1:
+        return None
+    a, b = poly.all_coeffs()
+    if not (a.is_real and b.is_real) or a == 0:
+        return None
+    return Scalar(x, str(x)), Scalar(-b / a, "root"), bool(a < 0)
+
+
 _INF = Scalar(sympy.oo, r"\infty")
 _NEG_INF = Scalar(-sympy.oo, r"-\infty")
 
@@ -269,11 +308,17 @@ def _relation_to_interval(ops: list[str], vals: list[Value]) -> Seq | None:
     """``x > 2`` -> ``(2, \\infty)``, ``-2 \\le x < 7`` -> ``[-2, 7)``; else None."""
     if len(vals) == 2:
         (a, b), op = vals, ops[0]
+        if op not in ("<", "<=", ">", ">="):
+            return None
         if _is_symbol(b) and _is_constant(a):  # "2 < x" is "x > 2"
             a, b = b, a
-            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
-        if not (_is_symbol(a) and _is_constant(b)) or op not in ("<", "<=", ">", ">="):
-            return None
+            op = _MIRROR[op]
+        if not (_is_symbol(a) and _is_constant(b)):
+            solved = _solve_linear(a, b)  # "-x > -1" is "x < 1"
+            if solved is None:
+                return None
+            a, b, flip = solved
+            op = _MIRROR[op] if flip else op
         if op in ("<", "<="):
             return Seq((_NEG_INF, b), "tuple", "(", ")" if op == "<" else "]")
         return Seq((b, _INF), "tuple", "(" if op == ">" else "[", ")")
@@ -288,6 +333,16 @@ def _relation_to_interval(ops: list[str], vals: list[Value]) -> Seq | None:
 
 def _parse_relation(parts: list[str], seps: list[str]) -> Value:
     ops = [_OPS[x] for x in seps]
+    if "~" in ops:  # "x \\approx 3.14" is "x = 3.14"; "= 1/3 \\approx 0.33" keeps the exact 1/3
+        k = ops.index("~")
+        if k == 0 and _LABEL_RE.match(parts[0].replace(" ", "")):
+            ops[0] = "="
+        else:
+            parts, ops = parts[:k + 1], ops[:k]
+        if "~" in ops:
+            return Opaque(" ".join(parts))
+        if len(parts) == 1:
+            return parse_value(parts[0])
     vals = [parse_value(p) for p in parts]
     if any(isinstance(v, Opaque) for v in vals) or any(not p for p in parts):
         return Opaque(" ".join(parts))
@@ -348,9 +403,13 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
         return text
     if s in (r"\emptyset", r"\{\}", "{}"):
         return Seq((), "set")
+    m = _TIME_RE.match(s)
+    if m:  # "12:00", "3:30 pm": a clock time, not a ratio
+        suffix = (m.group(3) or "").replace(".", "").replace(" ", "").lower()
+        return Text(f"{int(m.group(1))}:{m.group(2)}{suffix}")
     num = _parse_number(s)
     if num is not None:
-        return Scalar(num, s, percent)
+        return Scalar(num, s, percent, _decimal_shape(s))
     parts, _ = split_top(s, re.compile(","))
     if len(parts) > 1:
         if len(parts) > 64 or any(not p for p in parts):
@@ -377,7 +436,7 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
         items, _ = split_top(inner, re.compile(","))
         if len(items) > 1:
             return Seq(tuple(parse_value(p) for p in items), "tuple", s[0], s[-1])
-        if s[0] == "(":
+        if s[0] == "(" or inner.startswith(r"\begin"):
             return parse_value(inner, percent)
     pm = _expand_pm(s)
     if pm is not None:

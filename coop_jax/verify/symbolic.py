@@ -114,8 +114,8 @@ def to_sympy(s: str) -> sympy.Expr | None:
         if not isinstance(expr, sympy.Expr) or expr.has(*_BAD_NODES) or not cost_ok(expr):
             return None
         expr = expr.doit()
-        if not isinstance(expr, sympy.Expr):
-            return None
+        if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan):
+            return None  # "1/0", "12:00" read as a ratio: never equal to anything
         if _I_SYMBOL in expr.free_symbols:
             expr = expr.xreplace({_I_SYMBOL: sympy.I})
         floats = expr.atoms(sympy.Float)
@@ -219,5 +219,19 @@ def proportional(d1: object, d2: object, positive: bool = False) -> bool:
         if positive:
             return bool(sympy.re(first) > 0 and abs(complex(sympy.im(first))) < 1e-30)
         return True
+    except (Exception, RecursionError):
+        return False
+
+
+def rounds_to(value: object, decimal: Fraction, places: int) -> bool:
+    """True when the real number ``value`` is within half a unit of ``decimal``'s last place."""
+    try:
+        v = as_sympy(value)
+        if v.free_symbols or v.has(*_NONFINITE):
+            return False
+        diff = sympy.Abs(v - as_sympy(decimal)).evalf(PRECISION)
+        if not diff.is_Number:
+            return False
+        return bool(diff <= sympy.Rational(1, 2 * 10 ** places) * (1 + sympy.Rational(1, 10 ** 9)))
     except (Exception, RecursionError):
         return False
