@@ -282,7 +282,7 @@ def _make_step(cfg, tx, mesh, shardings):
     def step(state, batch):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         return ModelState(optax.apply_updates(state.params, updates), opt_state), metrics
 
     batch_sh = {"tokens": parallel.batch_sharding(mesh, 2), "mask": parallel.batch_sharding(mesh, 2),

@@ -40,12 +40,12 @@ def problem():
     targets[:2] = -1, VALID
     temp = np.linspace(0.5, 1.5, N, dtype=np.float32)
     temp[GREEDY_ROW] = 0.0
-    p = dict(hidden=rng.standard_normal((N, D), np.float32),
-             unembed=rng.standard_normal((D, V), np.float32) * np.float32(0.4),
-             targets=targets, weights=rng.standard_normal(N, np.float32), temp=temp,
-             key=jax.random.key(9))
-    assert np.any(np.argmax(p["hidden"] @ p["unembed"], -1) >= VALID), \
-        "no row favours a column >= valid_vocab: a masking bug could go unseen"
+    hidden = rng.standard_normal((N, D), np.float32)
+    unembed = rng.standard_normal((D, V), np.float32) * np.float32(0.4)
+    hidden[:, 0], unembed[0, VALID:] = 2.0, 2.5  # excluded columns dominate: leaks are loud
+    p = dict(hidden=hidden, unembed=unembed, targets=targets,
+             weights=rng.standard_normal(N, np.float32), temp=temp, key=jax.random.key(9))
+    assert np.all(np.argmax(hidden @ unembed, -1) >= VALID)
     p["categorical"], p["log_softmax"] = (np.asarray(x) for x in _sliced_expectations(
         p["key"], p["hidden"], p["unembed"], p["temp"]))
     return p

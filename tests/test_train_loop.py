@@ -108,3 +108,25 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path):
         assert ka.keys() == kb.keys()
         for k in ka:
             assert ka[k] == pytest.approx(kb[k], rel=1e-5, abs=1e-6), k
+
+
+def test_export_policy_and_rm_to_hf(tmp_path):
+    from coop_jax import checkpoint, export, hf, models
+
+    c = tiny_config()
+    c.reward.type = "cooper"
+    c.train.steps = 1
+    train.train(c, str(tmp_path / "run"))
+    tokens = np.array([[5, 6, 7, 8, 9]], np.int32)
+    for which in ("policy", "rm"):
+        out = export.export(str(tmp_path / "run"), str(tmp_path / which), which)
+        cfg, params, _ = checkpoint.load_model(str(tmp_path / "run"), which)
+        lm = hf.load(out)
+        assert lm.config.num_labels == (1 if which == "rm" else 0)
+        if which == "rm":
+            mask = np.ones_like(tokens)
+            expected = models.reward_scores(params, cfg, tokens, mask)
+            np.testing.assert_allclose(lm.scores(tokens, mask), expected, atol=1e-5)
+        else:
+            np.testing.assert_allclose(lm.logits(tokens), models.lm_logits(params, cfg, tokens),
+                                       atol=1e-5)

@@ -9,8 +9,8 @@ Layout: row vectors travel as [rows, 1] f32 blocks; the grid is (row blocks, voc
 The last vocab block may run past V; those columns are masked in-kernel (padded reads are
 garbage, NaN under interpret mode) instead of padding the [D, V] unembedding. The mask bound is
 the static ``valid_vocab`` (<= V): columns at or beyond it are treated as absent, and vocab tiles
-lying wholly beyond it are skipped (except by dW, which writes their zero gradient). Rows are padded in
-the wrapper (cheap: [N, D]). Untested on TPU hardware: only interpret mode runs in CI.
+lying wholly beyond it are skipped (except by dW, which writes their zero gradient). Rows are
+padded in the wrapper (cheap: [N, D]). Untested on TPU hardware: only interpret mode runs in CI.
 """
 from __future__ import annotations
 

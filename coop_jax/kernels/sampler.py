@@ -107,7 +107,7 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     greedy = temperature <= _common.GREEDY_TEMPERATURE
     if filtered:
         keep = filtering.keep_mask(cand_z, lse, top_k, top_p)
-        tok_f, z_f = filtering.pick(words, cand_z, cand_i, keep, unembed.shape[1])
+        tok_f, z_f = filtering.pick(words, cand_z, cand_i, keep, vocab)
         tokens = jnp.where(greedy, best_i, tok_f)
         z_tok = jnp.where(greedy, best_z, z_f)
     else:

@@ -25,9 +25,8 @@ def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
     hidden = hidden_states(params, cfg, tokens, mask)[:, p - 1:-1]  # predicts response tokens
     b, n, d = hidden.shape
     unembed = unembed_matrix(params, cfg)
-    if valid_vocab is not None:
-        unembed = unembed[:, :valid_vocab]
     targets = jnp.where(response_mask.astype(bool), response_tokens, -1).reshape(-1)
     logp, entropy = kernels.fused_logprobs(hidden.reshape(b * n, d), unembed, targets,
-                                           temperature=temperature, impl=impl)
+                                           temperature=temperature, impl=impl,
+                                           valid_vocab=valid_vocab)
     return logp.reshape(b, n), entropy.reshape(b, n)

@@ -66,8 +66,6 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     prompt_tokens, prompt_mask = left_align(prompt_tokens, prompt_mask.astype(bool), scfg.pad_id)
     b, p = prompt_tokens.shape
     unembed = models.unembed_matrix(params, cfg)
-    if scfg.valid_vocab is not None:
-        unembed = unembed[:, :scfg.valid_vocab]
 
     cache = models.init_cache(cfg, b, p + n)
     kv_mask = jnp.concatenate([prompt_mask, jnp.zeros((b, n), bool)], axis=1)
@@ -90,7 +88,8 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
         i, hidden, cache, kv_mask, positions, done, tokens, logps, key = carry
         key, step_key = jax.random.split(key)
         tok, logp, _ = kernels.fused_sample(step_key, hidden, unembed, temperature, scfg.top_k,
-                                            scfg.top_p, impl=scfg.kernel_impl)
+                                            scfg.top_p, impl=scfg.kernel_impl,
+                                            valid_vocab=scfg.valid_vocab)
         tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
         tokens = tokens.at[:, i].set(tok)
         logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))

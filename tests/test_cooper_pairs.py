@@ -1,0 +1,222 @@
+"""Cooper's host side: (positive, negative) pairs per strategy, the HTTP and local rewriters, pair
+tokenisation and the Co-rewarding-II EMA schedule."""
+import http.server
+import json
+import math
+import os
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+from coop_jax import cooper, rewards
+from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+from coop_jax.verify import RuleVerifier
+
+G = 3
+RECORDS = [{"question": "3+4", "reference": "7"}, {"question": "5+5", "reference": "10"},
+           {"question": "half of one", "reference": "\\frac{1}{2}"},
+           {"question": "2+9", "reference": "11"}]
+TEXTS = [
+    "3+4=8. #### 8", "3+4=7. #### 7", "3+4 is 7. #### 7",        # first correct: row 1
+    "5+5=11. #### 11", "5+5=9. #### 9", "I do not know",          # no correct rollout
+    "So \\boxed{\\frac{1}{2}}", "It is \\boxed{0.5}", "\\boxed{1/2}",  # all correct
+    "2+9=11. #### 11", "2+9=12. #### 12", "2+9=10. #### 10",      # first correct: row 0
+]
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with RuleVerifier(num_workers=1, timeout_s=5.0) as v:
+        yield v
+
+
+@pytest.fixture(scope="module")
+def labelled(verifier):
+    refs = [r["reference"] for r in RECORDS for _ in range(G)]
+    labels, extracted, timeouts = rewards.rule_labels(verifier, refs, TEXTS)
+    np.testing.assert_array_equal(labels, [0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0])
+    assert timeouts == 0 and extracted[5] is None and extracted[1] == "7"
+    return labels, extracted
+
+
+class FakeOpenAI:
+    """A threaded chat-completions server on 127.0.0.1; `reply(body)` gives (status, content).
+    Requests beyond `max_requests` get HTTP 503, so a runaway client cannot loop forever."""
+
+    def __init__(self, reply, max_requests: int = 50):
+        self.reply, self.max_requests, self.requests = reply, max_requests, []
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append((self.path, body))
+                status, content = ((503, None) if len(owner.requests) > owner.max_requests
+                                   else owner.reply(body))
+                payload = json.dumps({"choices": [{"message": {"role": "assistant",
+                                                               "content": content}}]}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def test_rollout_pairs_first_correct_and_first_incorrect(verifier, labelled):
+    labels, extracted = labelled
+    pairs, stats = cooper.build_pairs("rollout", RECORDS, TEXTS, labels, extracted, G,
+                                      verifier=verifier)
+    assert pairs == [(TEXTS[1], TEXTS[0]), None, None, (TEXTS[9], TEXTS[10])]
+    assert stats == {"pairs/no_positive": 1, "pairs/no_negative": 1,
+                     "pairs/negative_not_wrong": 0, "pairs/valid": 2}
+
+
+def test_perturb_pairs_change_the_answer_and_are_verified_wrong(verifier, labelled):
+    labels, extracted = labelled
+    pairs, stats = cooper.build_pairs("perturb", RECORDS, TEXTS, labels, extracted, G,
+                                      verifier=verifier, rng=np.random.default_rng(0))
+    assert pairs[1] is None and stats["pairs/no_positive"] == 1
+    assert stats["pairs/valid"] == 3 and stats["pairs/negative_not_wrong"] == 0
+    for p, pos_row in ((0, 1), (2, 6), (3, 9)):
+        pos, neg = pairs[p]
+        assert pos == TEXTS[pos_row] and neg != pos
+        answer = extracted[pos_row]
+        # only the final answer changed: the text up to its last occurrence is untouched
+        assert neg.startswith(pos[:pos.rfind(answer)])
+        [res] = verifier.verify_batch_detailed([RECORDS[p]["reference"]], [neg])
+        assert not res.correct and res.extracted not in (None, answer)
+    # a non-numeric answer gets "+1"
+    assert pairs[2][1] == "So \\boxed{\\frac{1}{2}+1}"
+
+
+def test_positive_without_an_extracted_answer_has_no_negative(verifier):
+    labels = np.array([1, 0, 1, 1], np.float32)  # a correct label whose answer was not extracted
+    pairs, stats = cooper.build_pairs("perturb", RECORDS[:2], ["x", "y", "#### 10", "z"], labels,
+                                      [None, None, "10", None], 2, verifier=verifier)
+    assert pairs[0] is None and pairs[1] is not None
+    assert stats["pairs/no_negative"] == 1 and stats["pairs/valid"] == 1
+
+
+def test_perturb_answer_values():
+    rng = np.random.default_rng(0)
+    for answer in ("7", "-3", "1,000", "2.5"):
+        for _ in range(20):
+            out = cooper.perturb_answer(answer, rng)
+            assert float(out) != float(answer.replace(",", ""))
+            assert abs(float(out) - float(answer.replace(",", ""))) <= 9
+    assert cooper.perturb_answer("x^2", rng) == "x^2+1"
+    assert cooper.perturb_text("no answer", "7", rng) is None
+    assert cooper.perturb_text("anything", "", rng) is None
+
+
+def _rewrite_reply():
+    half_calls = []
+
+    def reply(body):
+        user = body["messages"][1]["content"]
+        if "Problem:\n3+4\n" in user:
+            return 200, "3+4=9. #### 9"                    # wrong: kept on the first try
+        if "Problem:\n2+9\n" in user:
+            return 200, "2+9 is eleven, so #### 11.0"      # equivalent: rejected every try
+        if "Problem:\nhalf of one\n" in user:
+            half_calls.append(1)                           # HTTP error first, then wrong
+            return (500, None) if len(half_calls) == 1 else (200, "\\boxed{2}")
+        return 200, "unexpected"
+
+    return reply
+
+
+def test_rewrite_pairs_over_http(verifier, labelled):
+    labels, extracted = labelled
+    with FakeOpenAI(_rewrite_reply()) as server:
+        rewriter = cooper.http_rewriter(server.url + "/v1/", "assistant-x", timeout_s=10)
+        pairs, stats = cooper.build_pairs("rewrite", RECORDS, TEXTS, labels, extracted, G,
+                                          verifier=verifier, rewriter=rewriter)
+    assert pairs == [(TEXTS[1], "3+4=9. #### 9"), None, (TEXTS[6], "\\boxed{2}"), None]
+    assert stats == {"pairs/no_positive": 1, "pairs/no_negative": 0,
+                     "pairs/negative_not_wrong": 1, "pairs/valid": 2}
+    questions = [b["messages"][1]["content"].split("\n")[1] for _, b in server.requests]
+    # try 1: three prompts; try 2: the two still pending; try 3: only the equivalent one
+    assert questions == ["3+4", "half of one", "2+9", "half of one", "2+9", "2+9"]
+    for path, body in server.requests:
+        assert path == "/v1/chat/completions" and body["model"] == "assistant-x"
+        assert body["temperature"] == 0.7
+        system, user = body["messages"]
+        assert system == {"role": "system", "content": cooper.REWRITE_SYSTEM_PROMPT}
+        q = user["content"].split("\n")[1]
+        pos = TEXTS[{"3+4": 1, "half of one": 6, "2+9": 9}[q]]
+        assert user == {"role": "user", "content": cooper.rewrite_user_message(q, pos)}
+        assert body["max_tokens"] == len(pos.split()) + 500
+
+
+def test_http_rewriter_unreachable_server_gives_none():
+    with FakeOpenAI(lambda body: (200, "x")) as server:
+        url = server.url
+    # the server is shut down: every request fails and yields None
+    assert cooper.http_rewriter(url, "m", timeout_s=2)([("q", "p"), ("q2", "p2")]) == [None, None]
+
+
+def test_tokenize_pairs_masks_missing_pairs():
+    tok = load_tokenizer()
+    pairs = [("3+4=7. #### 7", "3+4=8. #### 8"), None]
+    out = cooper.tokenize_pairs(tok, RECORDS[:2], pairs, max_len=96)
+    np.testing.assert_array_equal(out["pair_valid"], [1.0, 0.0])
+    assert out["pair_valid"].dtype == np.float32
+    ids, mask = tokenize_rm_inputs(tok, [format_rm_input("3+4", "7", "3+4=7. #### 7"),
+                                         format_rm_input("5+5", "10", "")], 96)
+    np.testing.assert_array_equal(out["pair_pos_tokens"], ids)
+    np.testing.assert_array_equal(out["pair_pos_mask"], mask)
+    neg_ids, _ = tokenize_rm_inputs(tok, [format_rm_input("3+4", "7", "3+4=8. #### 8")], 96)
+    np.testing.assert_array_equal(out["pair_neg_tokens"][:1], neg_ids)
+    assert out["pair_pos_mask"][:, 0].all()  # right-padded
+
+
+def test_corewarding_decay_schedule():
+    a0, a1, T = 0.01, 1e-5, 100
+    assert cooper.corewarding_decay(0, a0, a1, T) == pytest.approx(a0)     # a_1 = a_start
+    assert cooper.corewarding_decay(T, a0, a1, T) == pytest.approx(a1)     # a_{T+1} = a_end
+    assert cooper.corewarding_decay(T // 2, a0, a1, T) == pytest.approx((a0 + a1) / 2)
+    quarter = a1 + 0.5 * (a0 - a1) * (1 + math.cos(math.pi / 4))
+    assert cooper.corewarding_decay(T // 4, a0, a1, T) == pytest.approx(quarter)
+    assert cooper.corewarding_decay(5 * T, a0, a1, T) == pytest.approx(a1)  # clipped at T
+    assert cooper.corewarding_decay(-3, a0, a1, T) == pytest.approx(a0)
+    values = [cooper.corewarding_decay(k, a0, a1, T) for k in range(T + 1)]
+    assert all(x >= y for x, y in zip(values, values[1:]))
+
+
+def test_local_rewriter_with_a_tiny_hf_model(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1, max_position_embeddings=256,
+                                   pad_token_id=0, eos_token_id=1, tie_word_embeddings=True)
+    transformers.Qwen2ForCausalLM(cfg).eval().save_pretrained(tmp_path)
+    for name in os.listdir(CHAR_TOKENIZER_DIR):
+        shutil.copy(os.path.join(CHAR_TOKENIZER_DIR, name), tmp_path / name)
+    rewrite = cooper.local_rewriter(str(tmp_path), max_prompt_len=48, max_new_tokens=6)
+    out = rewrite([("3+4", "3+4=7. #### 7"), ("5+5", "5+5=10. #### 10")])
+    assert len(out) == 2 and all(isinstance(t, str) and len(t) <= 6 for t in out)
+    again = rewrite([("3+4", "3+4=7. #### 7"), ("5+5", "5+5=10. #### 10")])
+    assert len(again) == 2  # same shapes: no recompilation needed, fresh key per call
+    assert rewrite([]) == []

@@ -1,0 +1,292 @@
+"""`coop-train-rm`: triples from a policy and the rule verifier (+ an HTTP judge), a tiny VerifyRM
+trained on synthetic triples, and its checkpoint / HF export read back."""
+import dataclasses
+import http.server
+import json
+import threading
+import types
+
+import numpy as np
+import pytest
+from absl.app import UsageError
+
+from coop_jax import data, models, train_rm
+from coop_jax.verify import RuleVerifier
+
+RM_FLAGS = ["--config.reward_model.hidden_size=32", "--config.reward_model.intermediate_size=64",
+            "--config.reward_model.num_layers=1", "--config.reward_model.num_heads=2",
+            "--config.reward_model.num_kv_heads=1",
+            "--config.reward_model.max_position_embeddings=128"]
+MAX_LEN = 112  # the longest synthetic RM input below is 103 characters
+# Measured on 8 split/init seeds: held-out accuracy reaches 1.0 by epoch 3-7 (12-16 steps each).
+EPOCHS = 10
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with RuleVerifier(num_workers=1, timeout_s=5.0) as v:
+        yield v
+
+
+class FakeOpenAI:
+    """A threaded chat-completions server on 127.0.0.1; `reply(body)` gives (status, content).
+    Requests beyond `max_requests` get HTTP 503, so a runaway client cannot loop forever."""
+
+    def __init__(self, reply, max_requests: int = 200):
+        self.reply, self.max_requests, self.requests = reply, max_requests, []
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests.append((self.path, body))
+                status, content = ((503, None) if len(owner.requests) > owner.max_requests
+                                   else owner.reply(body))
+                payload = json.dumps({"choices": [{"message": {"role": "assistant",
+                                                               "content": content}}]}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def synthetic_groups(n: int, seed: int = 0):
+    """Single-digit sums; per record the reference solution and the same solution with an
+    off-by-ten final answer (a tiny 1-layer RM cannot learn digit equality in the CPU budget —
+    see the report — but learns to reject an out-of-range final answer)."""
+    cfg = data.SyntheticConfig(num_operands_min=2, num_operands_max=2, max_operand=4, ops="+")
+    records = data.make_dataset(n, seed, cfg)
+    groups = []
+    for r in records:
+        head, _, answer = r["solution"].rpartition("#### ")
+        groups.append([r["solution"], f"{head}#### {int(answer) + 10}"])
+    return records, groups
+
+
+def test_split_triples_by_question():
+    triples = [{"question": f"q{i % 10}", "reference": "1", "completion": str(i), "label": i % 2}
+               for i in range(40)]
+    train, held = train_rm.split_triples(triples, 0.3, seed=1)
+    assert len(train) + len(held) == 40
+    assert len({t["question"] for t in held}) == 3
+    assert not {t["question"] for t in held} & {t["question"] for t in train}
+    assert train_rm.split_triples(triples, 0.3, seed=1) == (train, held)
+    assert train_rm.split_triples(triples, 0.0, seed=1) == (triples, [])
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        train_rm.split_triples(triples, 1.0)
+    with pytest.raises(ValueError, match="no training question"):
+        train_rm.split_triples(triples[:1], 0.5)
+
+
+@pytest.mark.parametrize("reply,verdict", [
+    ("correct", True), ("Incorrect.", False), ("The answer is not correct", False),
+    ("<think>maybe correct? no</think>\n**Incorrect**", False),
+    ("<think>it is wrong... wait</think> Verdict: \\boxed{correct}", True),
+    ("I think it's wrong", False), ("Correct. (Earlier I wrote incorrect.) Final: correct", True),
+    ("", None), (None, None), ("I cannot tell", None), ("incorrectly formatted but right", None),
+])
+def test_parse_judge_verdict(reply, verdict):
+    assert train_rm.parse_judge_verdict(reply) is verdict
+
+
+def test_label_triples_rule_labels_and_judge_intersection(verifier):
+    records, groups = synthetic_groups(40, seed=3)
+    first = {}
+    for i, r in enumerate(records):  # six records with distinct questions
+        first.setdefault(r["question"], i)
+    keep = sorted(first.values())[:6]
+    records, groups = [records[i] for i in keep], [groups[i] for i in keep]
+    groups[0] = groups[0] + [groups[0][0], "  "]  # a duplicate and an empty completion
+
+    def reply(body):
+        user = body["messages"][1]["content"]
+        completion = user.split("Candidate solution:\n")[1].split("\n\n")[0]
+        if completion.startswith(records[1]["question"] + "="):
+            return 500, None  # HTTP error: no verdict
+        if completion.startswith(records[2]["question"] + "="):
+            return 200, "<think>hmm</think> correct"  # wrong for the negative: a disagreement
+        return 200, "incorrect" if "#### 1" in completion and completion[-2:].isdigit() \
+            else "The candidate is correct."
+
+    triples, stats = train_rm.label_triples(records, groups, verifier)
+    assert stats["duplicates"] == 1 and stats["empty"] == 1 and stats["completions"] == 14
+    assert [t["label"] for t in triples] == [True, False] * 6
+    assert all(set(t) == set(train_rm.TRIPLE_KEYS) for t in triples)
+
+    with FakeOpenAI(reply) as server:
+        judge = train_rm.http_judge(server.url, "judge-x", max_tokens=64, timeout_s=10,
+                                    concurrency=3)
+        judged, jstats = train_rm.label_triples(records, groups, verifier, judge=judge)
+    assert len(server.requests) == 12
+    path, body = server.requests[0]
+    assert path == "/v1/chat/completions" and body["model"] == "judge-x"
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 64
+    assert body["messages"][0] == {"role": "system", "content": train_rm.JUDGE_SYSTEM_PROMPT}
+    user = body["messages"][1]["content"]
+    assert "Reference answer:" in user and "Candidate solution:" in user
+    assert jstats["judge/no_verdict"] == 2 and jstats["judge/disagree"] == 1
+    assert jstats["judge/agree"] == len(judged) == 9
+    dropped = {records[1]["question"]}
+    assert [t for t in judged if t["question"] in dropped] == []
+    assert sum(t["label"] for t in judged) == jstats["num_positive"] == 5
+
+
+def _save_policy(path):
+    import jax
+
+    from coop_jax.checkpoint import Checkpointer, model_config_to_dict
+    from coop_jax.config import base_config
+
+    cfg = models.ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1,
+                             num_heads=2, num_kv_heads=1)
+    state = types.SimpleNamespace(
+        policy=types.SimpleNamespace(params=models.init_params(cfg, jax.random.key(0)),
+                                     opt_state=None), ref_params=None, rm=None)
+    config = base_config()
+    config.data.max_prompt_len, config.rollout.max_new_tokens = 16, 10
+    meta = {"step": 1, "policy_model_config": model_config_to_dict(cfg), "tokenizer": "",
+            "config": json.loads(json.dumps(config.to_dict()))}
+    ckpt = Checkpointer(str(path / "checkpoints"))
+    ckpt.save(1, state, meta)
+    ckpt.close()
+
+
+def test_build_triples_cli_from_a_tiny_policy(tmp_path, capsys):
+    _save_policy(tmp_path / "policy")
+    out, held = tmp_path / "triples.jsonl", tmp_path / "held.jsonl"
+    stats = train_rm.main(["coop-train-rm", "--mode=build_triples",
+                           f"--policy_checkpoint={tmp_path / 'policy'}", "--dataset=synthetic",
+                           "--num_examples=6", "--samples_per_question=2", "--batch_size=6",
+                           "--config.verifier.num_workers=1", "--heldout_fraction=0.34",
+                           f"--heldout_out={held}", f"--out={out}"])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    held_rows = [json.loads(line) for line in held.read_text().splitlines()]
+    assert stats["completions"] == 12
+    assert len(rows) + len(held_rows) == 12 - stats["empty"] - stats["duplicates"] \
+        - stats["verifier_timeouts"]
+    assert rows and all(list(r) == list(train_rm.TRIPLE_KEYS) for r in rows + held_rows)
+    assert not {r["question"] for r in rows} & {r["question"] for r in held_rows}
+    # The policy checkpoint's own lengths apply: at most 10 new characters.
+    assert all(len(r["completion"]) <= 10 for r in rows)
+    # An untrained policy solves nothing; its rule labels are all negative.
+    assert stats["train"]["num_positive"] == 0 and stats["train"]["num_negative"] == len(rows)
+    assert "negative" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, verifier):
+    """A tiny RM trained through the CLI on rule-labelled synthetic triples."""
+    tmp = tmp_path_factory.mktemp("rm")
+    records, groups = synthetic_groups(120)
+    triples, _ = train_rm.label_triples(records, groups, verifier)
+    train, held = train_rm.split_triples(triples, 0.2, seed=0)
+    train_rm.write_triples(str(tmp / "train.jsonl"), train)
+    train_rm.write_triples(str(tmp / "held.jsonl"), held)
+    summary = train_rm.main(
+        ["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
+         f"--heldout={tmp / 'held.jsonl'}", f"--workdir={tmp / 'work'}", f"--epochs={EPOCHS}",
+         "--learning_rate=3e-3", "--batch_size=16", f"--max_len={MAX_LEN}",
+         f"--export_hf={tmp / 'hf'}", *RM_FLAGS])
+    return tmp, summary, held
+
+
+def test_tiny_rm_learns_held_out_questions(trained):
+    tmp, summary, held = trained
+    labels = [t["label"] for t in held]
+    assert 0.4 <= np.mean(labels) <= 0.6 and summary["num_heldout"] == len(held) >= 30
+    assert summary["heldout_accuracy"] >= 0.9 and summary["heldout_auc"] >= 0.95
+    rows = [json.loads(line) for line in (tmp / "work" / "rm_metrics.jsonl").read_text()
+            .splitlines()]
+    epochs = [r for r in rows if "heldout/accuracy" in r]
+    assert [r["epoch"] for r in epochs] == list(range(EPOCHS + 1))
+    assert epochs[0]["heldout/accuracy"] <= 0.6  # the untrained RM is at chance
+    assert epochs[-1]["train/epoch_loss"] < epochs[1]["train/epoch_loss"]
+    on_disk = json.loads((tmp / "work" / "rm_summary.json").read_text())
+    assert on_disk["heldout_accuracy"] == summary["heldout_accuracy"]
+    assert on_disk["steps"] == EPOCHS * int(np.ceil(summary["num_train"] / 16))
+
+
+def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from coop_jax import hf
+    from coop_jax.checkpoint import load_model
+    from coop_jax.eval import cli
+    from coop_jax.eval.evaluate import score_triples
+    from coop_jax.models.tokenizer import load_tokenizer
+    from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+
+    tmp, summary, held = trained
+    cfg, params, meta = load_model(str(tmp / "work"), "rm")
+    assert cfg.num_labels == 1 and cfg.hidden_size == 32 and cfg.num_layers == 1
+    assert meta["tokenizer"] == "" and meta["config"]["cooper"]["max_len"] == MAX_LEN
+    tok = load_tokenizer()
+    scores = score_triples(params, cfg, tok, held, max_len=MAX_LEN, batch_size=16)
+    labels = np.array([t["label"] for t in held])
+    assert np.mean((scores > 0) == labels) == pytest.approx(summary["heldout_accuracy"])
+
+    lm = hf.load(str(tmp / "hf"))
+    # the export spells out head_dim; everything else round-trips
+    assert dataclasses.replace(lm.config, head_dim=None) == cfg
+    assert lm.pad_token_id == tok.pad_token_id
+    ids, mask = tokenize_rm_inputs(
+        tok, [format_rm_input(t["question"], t["reference"], t["completion"]) for t in held],
+        MAX_LEN)
+    np.testing.assert_allclose(np.asarray(lm.scores(ids, mask)), scores, atol=1e-4)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp / "hf"))
+    with torch.no_grad():
+        ref = model(input_ids=torch.tensor(ids, dtype=torch.long),
+                    attention_mask=torch.tensor(mask, dtype=torch.long)).logits[:, 0].numpy()
+    np.testing.assert_allclose(ref, scores, atol=1e-4)
+
+    # coop-eval reads the RM checkpoint with its saved tokenizer and max_len.
+    rep = cli.main(["coop-eval", f"--checkpoint={tmp / 'work'}",
+                    f"--rm_triples={tmp / 'held.jsonl'}", f"--out={tmp_path / 'eval'}"])
+    assert rep["accuracy"]["mean"] == pytest.approx(summary["heldout_accuracy"])
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "--mode is required"),
+    (["--mode=train", "--workdir=w"], "--triples is required"),
+    (["--mode=train", "--triples=/nonexistent.jsonl", "--workdir=w"], "no such file"),
+    (["--mode=build_triples", "--out=x"], "exactly one of --policy_checkpoint"),
+    (["--mode=build_triples", "--policy_hf=a", "--out=x", "--judge_url=http://h"],
+     "--judge_url and --judge_model"),
+    (["--mode=build_triples", "--policy_hf=a", "--out=x", "--heldout_fraction=0.1"],
+     "--heldout_out"),
+    (["--mode=train", "--batch_size=0"], "--batch_size must be >= 1"),
+])
+def test_coop_train_rm_flag_errors(args, message):
+    with pytest.raises(UsageError, match=message):
+        train_rm.main(["coop-train-rm", *args])
+
+
+def test_train_errors_name_the_field(tmp_path, trained):
+    tmp, _, _ = trained
+    with pytest.raises(UsageError, match=r"batch_size \(12\) must be a multiple"):
+        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
+                       f"--workdir={tmp_path / 'w'}", "--batch_size=12", *RM_FLAGS])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "q", "reference": "1", "completion": "c"}) + "\n")
+    with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
+        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={bad}",
+                       f"--workdir={tmp_path / 'w'}"])
+    with pytest.raises(ValueError, match="learning_rate must be > 0"):
+        train_rm.RMTrainOptions(learning_rate=0.0)
