@@ -9,6 +9,7 @@ in DIR; SIGTERM saves and exits.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import math
@@ -98,6 +99,8 @@ class Trainer:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.train_records, self.eval_records, self.skipped_rows = load_records(config)
+        self.rewriter = None  # the assistant model of cooper.negative == "rewrite", set in run()
+        self._background = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = build_model(config.model, self.tokenizer, self.mesh,
                                                      jax.random.fold_in(key, 1))
@@ -231,9 +234,12 @@ class Trainer:
                 "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
                 "loss_weight": np.asarray(loss_weight, np.float32)}
 
-    def collect(self, step: int, records: list[dict], verifier, draw: int = 0
-                ) -> tuple[dict, dict]:
-        """Rollouts, rewards and (for Cooper) pairs of one step: the host half of the algorithm."""
+    def collect(self, step: int, records: list[dict], verifier, draw: int = 0):
+        """Rollouts, rewards and (for Cooper) pairs of one step: the host half of the algorithm.
+
+        Returns (batch, metrics, pending): `pending` is a future of rule labels still being
+        computed (only where no reward depends on them), else None.
+        """
         c = self.config
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(c.seed), step), draw)
         timings, metrics = {}, {}
@@ -252,10 +258,16 @@ class Trainer:
         timings["time/sample"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        labels, extracted, timeouts = rewards.rule_labels(
-            verifier, [r["reference"] for r in row_records], texts)
-        metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
-        host_rewards = labels
+        references = [r["reference"] for r in row_records]
+        pending = None
+        if self.reward_type == "static_rm":
+            # The rule labels only feed diagnostics here: verify while the device updates.
+            pending = self._background.submit(rewards.rule_labels, verifier, references, texts)
+            labels = host_rewards = np.zeros(len(texts), np.float32)
+        else:
+            labels, extracted, timeouts = rewards.rule_labels(verifier, references, texts)
+            metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
+            host_rewards = labels
         if self.reward_type == "majority_vote":
             pseudo = rewards.group_majority_labels(extracted, self.G)
             host_rewards = rewards.match_rewards(extracted, np.repeat(pseudo, self.G).tolist())
@@ -281,7 +293,8 @@ class Trainer:
             batch = {k: np.concatenate([v, self._batch(out2, rewards2)[k]]) for k, v in batch.items()}
         if self.rm_cfg is not None:
             batch["rm_tokens"], batch["rm_mask"] = self._rm_inputs(records, texts)
-            batch["rule_labels"] = labels
+            if pending is None:
+                batch["rule_labels"] = labels
         if self.train_rm:
             t0 = time.perf_counter()
             pairs, pair_stats = cooper.build_pairs(
@@ -296,7 +309,7 @@ class Trainer:
         metrics.update(response_length=float(np.asarray(out.lengths).mean()),
                        truncated_fraction=float(np.asarray(out.truncated).mean()),
                        generated_tokens=gen_tokens, **timings)
-        return batch, metrics
+        return batch, metrics, pending
 
     def collect_informative(self, step: int, pipeline, verifier) -> tuple[dict, dict]:
         """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
@@ -304,8 +317,8 @@ class Trainer:
         draw_metrics = []
 
         def draw():
-            batch, metrics = self.collect(step, pipeline.next_batch(), verifier,
-                                          draw=len(draw_metrics))
+            batch, metrics, _ = self.collect(step, pipeline.next_batch(), verifier,
+                                             draw=len(draw_metrics))
             draw_metrics.append(metrics)
             return {k: v.reshape((self.B, self.G) + v.shape[1:]) for k, v in batch.items()}
 
@@ -317,8 +330,6 @@ class Trainer:
     def _same(a, b):
         from coop_jax.verify import answers_equivalent
         return answers_equivalent(b, a)
-
-    rewriter = None  # set by cooper.make_rewriter when cooper.negative == "rewrite"
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, params, verifier) -> dict:
@@ -384,13 +395,20 @@ class Trainer:
                             desc="coop-train", disable=jax.process_index() != 0)
             for step in bar:
                 t_step = time.perf_counter()
+                pending = None
                 if c.rl.dynamic_sampling:
                     batch, metrics = self.collect_informative(step, pipeline, verifier)
                 else:
-                    batch, metrics = self.collect(step, pipeline.next_batch(), verifier)
+                    batch, metrics, pending = self.collect(step, pipeline.next_batch(), verifier)
                 t0 = time.perf_counter()
-                new_state, step_metrics = self.update(batch)
+                new_state, step_metrics = self.update(batch)  # dispatched asynchronously
+                if pending is not None:
+                    labels, _, timeouts = pending.result()
+                    metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
                 step_metrics = jax.device_get(step_metrics)
+                if pending is not None:
+                    scores = np.asarray(step_metrics.pop("rm_scores"))
+                    metrics["rm_rule_agreement"] = float(np.mean((scores > 0) == (labels > 0.5)))
                 metrics["time/update"] = time.perf_counter() - t0
                 if not np.isfinite(step_metrics["loss"]):
                     if c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:

@@ -40,6 +40,8 @@ JUDGE_SYSTEM_PROMPT = (
     "solution, decide whether the candidate's final answer is mathematically equivalent to the "
     "reference answer. Reply with one word: correct or incorrect.")
 
+log = logging.getLogger("coop_jax.train_rm")
+
 Judge = Callable[[Sequence[tuple[str, str, str]]], list["bool | None"]]
 
 
@@ -118,7 +120,8 @@ def http_judge(url: str, model: str, *, max_tokens: int = 1024, timeout_s: float
     request or a reply without a verdict gives None."""
     endpoint = url.rstrip("/")
     if not endpoint.endswith("/chat/completions"):
-        endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
+        endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1")
+        endpoint += "/chat/completions"
 
     def one(item: tuple[str, str, str]) -> bool | None:
         body = {"model": model, "temperature": 0.0, "max_tokens": max_tokens,
@@ -131,7 +134,7 @@ def http_judge(url: str, model: str, *, max_tokens: int = 1024, timeout_s: float
                 reply = json.load(response)
             return parse_judge_verdict(reply["choices"][0]["message"]["content"])
         except (OSError, KeyError, IndexError, TypeError, ValueError) as e:
-            logging.warning("judge request failed: %s", e)
+            log.warning("judge request failed: %s", e)
             return None
 
     def judge(items: Sequence[tuple[str, str, str]]) -> list[bool | None]:
@@ -285,8 +288,8 @@ def _make_step(cfg, tx, mesh, shardings):
         metrics["grad_norm"] = optax.tree.norm(grads)
         return ModelState(optax.apply_updates(state.params, updates), opt_state), metrics
 
-    batch_sh = {"tokens": parallel.batch_sharding(mesh, 2), "mask": parallel.batch_sharding(mesh, 2),
-                "labels": parallel.batch_sharding(mesh, 1), "weight": parallel.batch_sharding(mesh, 1)}
+    batch_sh = {k: parallel.batch_sharding(mesh, ndim) for k, ndim in
+                (("tokens", 2), ("mask", 2), ("labels", 1), ("weight", 1))}
     step_fn = jax.jit(step, in_shardings=(shardings, batch_sh),
                       out_shardings=(shardings, parallel.replicated(mesh)), donate_argnums=(0,))
     return step_fn, batch_sh
@@ -311,9 +314,9 @@ def _encode(tokenizer, triples: Sequence[dict], max_len: int) -> tuple[np.ndarra
 
 def _truncated_fraction(tokenizer, triples: Sequence[dict], max_len: int) -> float:
     from coop_jax.rm_input import format_rm_input
-    over = sum(len(tokenizer(format_rm_input(t["question"], t["reference"], t["completion"]),
-                             add_special_tokens=False)["input_ids"]) > max_len for t in triples)
-    return over / len(triples)
+    texts = [format_rm_input(t["question"], t["reference"], t["completion"]) for t in triples]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return sum(len(x) > max_len for x in ids) / len(triples)
 
 
 def _heldout_row(params, cfg, tokenizer, heldout, opts: RMTrainOptions) -> dict:
@@ -343,6 +346,10 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     if heldout_triples:
         check_triples(heldout_triples)
     opts = options
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        raise ValueError(f"workdir {workdir!r} already holds a checkpoints/ folder; pass a fresh "
+                         "workdir")
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -361,16 +368,16 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings)
     truncated = _truncated_fraction(tokenizer, train_triples, opts.max_len)
     if truncated:
-        logging.warning("%.1f%% of the training inputs exceed max_len=%d and lose their start",
-                        100 * truncated, opts.max_len)
+        log.warning("%.1f%% of the training inputs exceed max_len=%d and lose their start",
+                    100 * truncated, opts.max_len)
 
     os.makedirs(workdir, exist_ok=True)
     rng = np.random.default_rng(opts.seed)
     step, epoch_loss, held = 0, float("nan"), {}
-    with open(os.path.join(workdir, "rm_metrics.jsonl"), "w") as log:
+    with open(os.path.join(workdir, "rm_metrics.jsonl"), "w") as metrics_file:
         def write(row):
-            log.write(json.dumps(row) + "\n")
-            log.flush()
+            metrics_file.write(json.dumps(row) + "\n")
+            metrics_file.flush()
 
         if heldout_triples:
             held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, opts)
@@ -395,7 +402,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                 held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, opts)
                 row |= held
             write(row)
-            logging.info("epoch %d: %s", epoch, row)
+            log.info("epoch %d: %s", epoch, row)
 
     saved_config = config.copy_and_resolve_references()
     saved_config.cooper.max_len = opts.max_len  # coop-eval / coop-train read the RM length here
@@ -408,7 +415,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     # Parameters only (the RM is for scoring; the optimizer state would triple the size),
     # gathered to this host first: single-process training, and orbax writes host arrays fast.
     host_params = jax.device_get(state.params)
-    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), keep=1)
+    ckpt = checkpoint.Checkpointer(ckpt_dir, keep=1)
     ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None,
                                ModelState(host_params, None)), meta)
     ckpt.close()
@@ -630,7 +637,11 @@ def run() -> None:
     """Console-script entry point (`coop-train-rm`)."""
     from absl.app import UsageError
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
     try:
         main(sys.argv)
     except UsageError as e:

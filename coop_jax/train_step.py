@@ -113,6 +113,8 @@ def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Ar
     if "rule_labels" in batch:
         rule = batch["rule_labels"].astype(jnp.float32)
         metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
+    else:  # rule labels still being computed on the host: it compares them with these
+        metrics["rm_scores"] = scores
     if cfg.reward_source == "rm":
         return proxy, metrics
     # hybrid: the rule decides the stratum, the RM orders rollouts inside it:

@@ -109,6 +109,16 @@ def test_state_without_ref_or_rm(tmp_path):
     ckpt.close()
 
 
+def test_meta_without_step_round_trips(tmp_path):
+    """The restored step is the checkpoint's step; meta is free-form (no required keys)."""
+    state = small_state(9).replace(ref_params=None, rm=None)
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    ckpt.save(9, state, {"data": {"position": 3}})
+    restored, got_meta = ckpt.restore(jax.tree_util.tree_map(np.zeros_like, state))
+    assert got_meta == {"data": {"position": 3}} and int(restored.step) == 9
+    ckpt.close()
+
+
 @pytest.fixture(scope="module")
 def mesh():
     return parallel.make_mesh((2, 2, 2))
@@ -164,22 +174,26 @@ def _kill_during_second_save(directory: pathlib.Path, delay: float) -> bool:
 
     True when it died mid-write (temporary directory left, step 2 not finalized)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(directory),
-                              os.path.dirname(__file__)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env)
+    log = directory.parent / f"{directory.name}.stderr"
+    with open(log, "w") as stderr:  # a file, not a pipe: a chatty child cannot block on it
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(directory),
+                                  os.path.dirname(__file__)], stdout=subprocess.PIPE,
+                                 stderr=stderr, text=True, env=env)
     try:
         line = child.stdout.readline()
-        assert line.strip() == "saving 2", f"child failed before step 2: {child.stderr.read()}"
+        assert line.strip() == "saving 2", f"child failed before step 2: {log.read_text()}"
         deadline = time.monotonic() + 60
-        while not glob.glob(str(directory / ("2" + TMP_GLOB[1:]))):
-            assert time.monotonic() < deadline and child.poll() is None, "no step-2 tmp dir"
+        while not glob.glob(str(directory / ("2" + TMP_GLOB[1:]))) and child.poll() is None:
+            assert time.monotonic() < deadline, "no temporary directory for step 2"
             time.sleep(0.005)
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
     finally:
         child.kill()
         child.communicate()
-    assert child.returncode == -signal.SIGKILL
+    if child.returncode == 0:  # the save finished (and the child exited) before the kill
+        return False
+    assert child.returncode == -signal.SIGKILL, log.read_text()
     return not (directory / "2").exists() and bool(glob.glob(str(directory / TMP_GLOB)))
 
 
@@ -192,6 +206,8 @@ def test_sigkill_during_save_leaves_previous_step(tmp_path):
         pytest.fail("could not kill the child while step 2 was being written")
 
     ckpt = checkpoint.Checkpointer(str(directory), keep=3)
+    # the partial step-2 directory is still there, and not taken for a checkpoint
+    assert glob.glob(str(directory / TMP_GLOB))
     assert ckpt.latest_step() == 1 and ckpt.all_steps() == [1]
     restored, got_meta = ckpt.restore(_template())
     _assert_state_equal(restored, small_state(1), 1)

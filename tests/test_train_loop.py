@@ -46,6 +46,7 @@ def test_every_reward_type_trains(reward_type, tmp_path):
         assert "rm_rule_agreement" in rows[0] and "proxy_reward_mean" in rows[0]
     if reward_type == "cooper":
         assert "rm_loss" in rows[0] and "pairs/valid" in rows[0]
+        _check_export(tmp_path)
     if reward_type in ("majority_vote", "corewarding_1", "corewarding_2"):
         assert "pseudo_label_accuracy" in rows[0]
     assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "curves.png")
@@ -80,7 +81,10 @@ def _cli(workdir, steps, env):
 
 
 def test_kill9_resume_matches_uninterrupted_run(tmp_path):
-    env = dict(os.environ)
+    # The three processes share a persistent compilation cache: only the first one compiles.
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     steps = 4
     full, killed = tmp_path / "full", tmp_path / "killed"
     subprocess.run(_cli(full, steps, env), check=True, env=env, capture_output=True, timeout=600)
@@ -110,23 +114,21 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path):
             assert ka[k] == pytest.approx(kb[k], rel=1e-5, abs=1e-6), k
 
 
-def test_export_policy_and_rm_to_hf(tmp_path):
+
+def _check_export(workdir):
+    """coop-export of both models gives HF folders with the checkpoint's outputs."""
     from coop_jax import checkpoint, export, hf, models
 
-    c = tiny_config()
-    c.reward.type = "cooper"
-    c.train.steps = 1
-    train.train(c, str(tmp_path / "run"))
     tokens = np.array([[5, 6, 7, 8, 9]], np.int32)
     for which in ("policy", "rm"):
-        out = export.export(str(tmp_path / "run"), str(tmp_path / which), which)
-        cfg, params, _ = checkpoint.load_model(str(tmp_path / "run"), which)
+        out = export.export(str(workdir), str(workdir / f"export_{which}"), which)
+        cfg, params, _ = checkpoint.load_model(str(workdir), which)
         lm = hf.load(out)
         assert lm.config.num_labels == (1 if which == "rm" else 0)
         if which == "rm":
             mask = np.ones_like(tokens)
-            expected = models.reward_scores(params, cfg, tokens, mask)
-            np.testing.assert_allclose(lm.scores(tokens, mask), expected, atol=1e-5)
+            np.testing.assert_allclose(lm.scores(tokens, mask),
+                                       models.reward_scores(params, cfg, tokens, mask), atol=1e-5)
         else:
             np.testing.assert_allclose(lm.logits(tokens), models.lm_logits(params, cfg, tokens),
                                        atol=1e-5)

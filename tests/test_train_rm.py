@@ -288,5 +288,8 @@ def test_train_errors_name_the_field(tmp_path, trained):
     with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
         train_rm.main(["coop-train-rm", "--mode=train", f"--triples={bad}",
                        f"--workdir={tmp_path / 'w'}"])
+    with pytest.raises(UsageError, match="already holds a checkpoints/ folder"):
+        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
+                       f"--workdir={tmp / 'work'}", *RM_FLAGS])
     with pytest.raises(ValueError, match="learning_rate must be > 0"):
         train_rm.RMTrainOptions(learning_rate=0.0)
