@@ -175,10 +175,12 @@ def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
 
     from coop_jax import data, hf, sampling
 
+    from coop_jax.eval.evaluate import stop_token_ids
+
     lm = hf.load(hf_path)
     tokenizer = lm.tokenizer()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    scfg = sampling.SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=(tokenizer.eos_token_id,),
+    scfg = sampling.SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
                                    pad_id=pad, temperature=temperature,
                                    valid_vocab=min(len(tokenizer), lm.config.vocab_size))
     sample = sampling.make(lm.config, scfg)
@@ -210,8 +212,9 @@ def make_rewriter(config, mesh=None):
         return http_rewriter(c.assistant_url, c.assistant_model or "default",
                              c.rewrite_temperature)
     if c.assistant_hf_path:
+        # Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound.
         return local_rewriter(c.assistant_hf_path, config.data.max_prompt_len + c.max_len,
-                              config.rollout.max_new_tokens + 500 // 4, c.rewrite_temperature,
+                              config.rollout.max_new_tokens + 500, c.rewrite_temperature,
                               config.seed)
     raise ValueError("cooper.negative='rewrite' needs cooper.assistant_url or "
                      "cooper.assistant_hf_path")

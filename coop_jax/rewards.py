@@ -19,7 +19,7 @@ REWARD_SOURCE = {
 
 
 def normalize_answer(answer: str | None) -> str | None:
-    """Exact-string comparison as in Co-rewarding, after trimming whitespace."""
+    """Exact-string comparison as in Co-rewarding, after removing all whitespace."""
     if answer is None:
         return None
     answer = "".join(answer.split())

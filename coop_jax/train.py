@@ -136,9 +136,14 @@ class Trainer:
             return
         rm_path = c.cooper.rm_checkpoint
         if rm_path:
-            self.rm_cfg, params, _ = checkpoint.load_model(rm_path, "rm")
+            self.rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm")
             self.rm_params = parallel.shard_params(params, self.rm_cfg, self.mesh)
-            self.rm_tokenizer = self.tokenizer
+            rm_tokenizer = meta.get("rm_tokenizer", meta.get("tokenizer")) or None
+            self.rm_tokenizer = load_tokenizer(rm_tokenizer)
+            trained_len = meta.get("config", {}).get("cooper", {}).get("max_len")
+            if trained_len and trained_len != c.cooper.max_len:
+                log.warning("the RM in %s was trained with cooper.max_len=%s, this run uses %s",
+                            rm_path, trained_len, c.cooper.max_len)
         else:
             if not c.reward_model.hf_path:
                 log.warning("reward model starts from random weights (no "
