@@ -1,9 +1,14 @@
 """The reference-based reward model's input (Cooper's VerifyRM format, ALGORITHMS.md §1)."""
 from __future__ import annotations
 
+import json
+import os
+from typing import Sequence
+
 import numpy as np
 
 MAX_CHARS, HEAD_CHARS, TAIL_CHARS = 1500, 500, 1000
+TRIPLE_KEYS = ("question", "reference", "completion", "label")
 
 
 def truncate_middle(text: str) -> str:
@@ -29,3 +34,29 @@ def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int) -> tuple[np.nd
         ids[i, :len(toks)] = toks
         mask[i, :len(toks)] = True
     return ids, mask
+
+
+def read_triples(path: str) -> list[dict]:
+    """JSONL triples; a line that is not a JSON object is an error naming the line."""
+    triples = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {line_no} is not JSON ({e})") from e
+            triples.append(row)
+    if not triples:
+        raise ValueError(f"{path} holds no triples")
+    from coop_jax.eval.evaluate import check_triples
+    check_triples(triples)
+    return triples
+
+
+def write_triples(path: str, triples: Sequence[dict]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for t in triples:
+            fh.write(json.dumps({k: t[k] for k in TRIPLE_KEYS}) + "\n")

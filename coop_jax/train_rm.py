@@ -24,16 +24,16 @@ import logging
 import math
 import os
 import re
-import sys
 import time
 import urllib.request
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from coop_jax.rm_input import TRIPLE_KEYS, read_triples, write_triples  # noqa: F401  (public)
+
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "eval", "default_config.py")
 MODES = ("build_triples", "train")
-TRIPLE_KEYS = ("question", "reference", "completion", "label")
 
 JUDGE_SYSTEM_PROMPT = (
     "You grade solutions to math problems. Given a problem, its reference answer and a candidate "
@@ -46,32 +46,6 @@ Judge = Callable[[Sequence[tuple[str, str, str]]], list["bool | None"]]
 
 
 # ----------------------------------------------------------------------------- triples
-def read_triples(path: str) -> list[dict]:
-    """JSONL triples; a line that is not a JSON object is an error naming the line."""
-    triples = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {line_no} is not JSON ({e})") from e
-            triples.append(row)
-    if not triples:
-        raise ValueError(f"{path} holds no triples")
-    from coop_jax.eval.evaluate import check_triples
-    check_triples(triples)
-    return triples
-
-
-def write_triples(path: str, triples: Sequence[dict]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        for t in triples:
-            fh.write(json.dumps({k: t[k] for k in TRIPLE_KEYS}) + "\n")
-
-
 def label_balance(triples: Sequence[dict]) -> dict:
     pos = sum(bool(t["label"]) for t in triples)
     return {"num_triples": len(triples), "num_positive": pos, "num_negative": len(triples) - pos,
@@ -634,19 +608,9 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 
 def run() -> None:
-    """Console-script entry point (`coop-train-rm`)."""
-    from absl.app import UsageError
-
-    from absl import logging as absl_logging
-
-    absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save step at INFO
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    log.setLevel(logging.INFO)
-    try:
-        main(sys.argv)
-    except UsageError as e:
-        print(f"coop-train-rm: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    """Console-script entry point."""
+    from coop_jax.console import run_console
+    run_console(main, "coop-train-rm")
 
 
 if __name__ == "__main__":

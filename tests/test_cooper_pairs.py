@@ -1,14 +1,13 @@
 """Cooper's host side: (positive, negative) pairs per strategy, the HTTP and local rewriters, pair
 tokenisation and the Co-rewarding-II EMA schedule."""
-import http.server
-import json
 import math
 import os
 import shutil
-import threading
 
 import numpy as np
 import pytest
+
+from fake_openai import FakeOpenAI
 
 from coop_jax import cooper, rewards
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
@@ -40,45 +39,6 @@ def labelled(verifier):
     np.testing.assert_array_equal(labels, [0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0])
     assert timeouts == 0 and extracted[5] is None and extracted[1] == "7"
     return labels, extracted
-
-
-class FakeOpenAI:
-    """A threaded chat-completions server on 127.0.0.1; `reply(body)` gives (status, content).
-    Requests beyond `max_requests` get HTTP 503, so a runaway client cannot loop forever."""
-
-    def __init__(self, reply, max_requests: int = 50):
-        self.reply, self.max_requests, self.requests = reply, max_requests, []
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append((self.path, body))
-                status, content = ((503, None) if len(owner.requests) > owner.max_requests
-                                   else owner.reply(body))
-                payload = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                               "content": content}}]}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
 
 
 def test_rollout_pairs_first_correct_and_first_incorrect(verifier, labelled):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from typing import Any
 
@@ -107,6 +106,8 @@ def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collecti
         return config, True
     return f.config, False
 
+log = logging.getLogger("coop_jax.eval")
+
 
 def _load_tokenizer(path: str):
     """AutoTokenizer from a folder ("" = the shipped character tokenizer), pad token ensured."""
@@ -151,19 +152,11 @@ def _load_model(f: flags.FlagValues, which: str):
 
 
 def _read_triples(path: str) -> list[dict]:
-    triples = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UsageError(f"--rm_triples {path}: line {line_no} is not JSON ({e})") from e
-            triples.append(row)
-    if not triples:
-        raise UsageError(f"--rm_triples {path} holds no triples")
-    return triples
+    from coop_jax.rm_input import read_triples
+    try:
+        return read_triples(path)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--rm_triples: {e}") from e
 
 
 def _write_outputs(out: str, report: dict, rows: list[dict]) -> None:
@@ -250,7 +243,7 @@ def _evaluate_policy(f, t0: float) -> dict:
                              seed=int(config.seed), synthetic=synthetic)
     except (ValueError, FileNotFoundError) as e:
         raise UsageError(f"--dataset={dataset} --split={f.split}: {e}") from e
-    logging.info("evaluating %d %s/%s problems, template %r", len(records), dataset, f.split,
+    log.info("evaluating %d %s/%s problems, template %r", len(records), dataset, f.split,
                  template)
     with RuleVerifier(num_workers=int(config.verifier.num_workers),
                       timeout_s=float(config.verifier.timeout_s)) as verifier:
@@ -290,12 +283,8 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 def run() -> None:
     """Console-script entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        main(sys.argv)
-    except UsageError as e:
-        print(f"coop-eval: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from coop_jax.console import run_console
+    run_console(main, "coop-eval")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -274,12 +273,8 @@ def main(argv: list[str]) -> dict:
 
 def run() -> None:
     """Console-script entry point."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        main(sys.argv)
-    except UsageError as e:
-        print(f"coop-report: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    from coop_jax.console import run_console
+    run_console(main, "coop-report")
 
 
 if __name__ == "__main__":
