@@ -260,8 +260,6 @@ print("ok")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="load_item restores the saved (mesh) shardings, which "
-                                       "fail on another topology: see the report")
 def test_load_model_on_another_topology(tmp_path, mesh):
     """Train on a mesh, evaluate / export in a one-device process (`coop-eval`, `hf` export)."""
     state = _sharded(small_state(8), mesh)

@@ -77,7 +77,7 @@ class Checkpointer:
         if policy is not None:
             policy = policy.replace(params=out["policy_params"],
                                     opt_state=out["policy_opt_state"])
-        new = state.replace(step=jax.numpy.asarray(out["meta"]["step"], jax.numpy.int32),
+        new = state.replace(step=jax.numpy.asarray(step, jax.numpy.int32),
                             policy=policy, ref_params=out.get("ref_params", state.ref_params))
         if state.rm is not None:
             new = new.replace(rm=state.rm.replace(params=out["rm_params"],
@@ -98,8 +98,16 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        # Target the default device explicitly: without a target orbax rebuilds the saved mesh
+        # shardings, which fails in a process with another device layout (eval, export).
+        from etils import epath
+        tree = ocp.StandardCheckpointHandler().metadata(
+            epath.Path(self.directory) / str(step) / item).tree
+        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        target = jax.tree_util.tree_map(
+            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
         out = self._manager.restore(step, args=ocp.args.Composite(
-            **{item: ocp.args.StandardRestore()}))
+            **{item: ocp.args.StandardRestore(target)}))
         return out[item]
 
     def close(self) -> None:
