@@ -395,7 +395,9 @@ class Trainer:
                 self.ckpt.save(0, self.state, self.meta(0, pipeline, extra))
             start = int(self.state.step)
             writer = _metric_writer(self.workdir, start if self.resuming else None)
-            nan_skips = 0
+            if not self.resuming:  # step 0 of the curves: the policy (and RM) before RL
+                writer.write(0, initial | self._rm_heldout())
+            nan_skips, final = 0, None
             bar = tqdm.tqdm(range(start, c.train.steps), initial=start, total=c.train.steps,
                             desc="coop-train", disable=jax.process_index() != 0)
             for step in bar:
@@ -428,9 +430,12 @@ class Trainer:
                 metrics["time/step"] = time.perf_counter() - t_step
                 metrics["tokens_per_second"] = metrics["generated_tokens"] / metrics["time/step"]
                 done = step + 1
-                if c.train.eval_every and done % c.train.eval_every == 0 and done < c.train.steps:
-                    metrics.update(self.evaluate(self.state.policy.params, verifier))
-                if c.cooper.heldout_every and done % c.cooper.heldout_every == 0:
+                last = done == c.train.steps
+                if last or (c.train.eval_every and done % c.train.eval_every == 0):
+                    evaluation = self.evaluate(self.state.policy.params, verifier)
+                    metrics.update(evaluation)
+                    final = evaluation if last else None
+                if last or (c.cooper.heldout_every and done % c.cooper.heldout_every == 0):
                     metrics.update(self._rm_heldout())
                 row = writer.write(done, metrics)
                 bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
@@ -446,7 +451,8 @@ class Trainer:
                     signal.signal(signal.SIGTERM, previous)
                     return {"stopped_at": done}
             writer.close()
-            final = self.evaluate(self.state.policy.params, verifier)
+            if final is None:  # resumed a run that had already finished its steps
+                final = self.evaluate(self.state.policy.params, verifier)
             stats = verifier.stats.as_dict()
         signal.signal(signal.SIGTERM, previous)
         summary = {

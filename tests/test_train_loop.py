@@ -38,8 +38,11 @@ def test_every_reward_type_trains(reward_type, tmp_path):
         c.cooper.negative = "perturb"
     summary = train.train(c, str(tmp_path))
     rows = _rows(tmp_path)
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[0]["eval/greedy_accuracy"] == summary["initial_accuracy"]
+    assert rows[-1]["eval/greedy_accuracy"] == summary["final_accuracy"]
     assert summary["steps"] == 2 and summary["reward_type"] == reward_type
+    rows = rows[1:]
     for r in rows:
         assert np.isfinite(r["loss"]) and 0.0 <= r["rule_accuracy"] <= 1.0
     if reward_type in ("static_rm", "cooper", "hybrid"):
@@ -58,7 +61,7 @@ def test_dynamic_sampling_and_overlong_options(tmp_path):
                 overlong_cache_len=4, advantage="rloo", aggregation="seq_mean_token_mean")
     train.train(c, str(tmp_path))
     rows = _rows(tmp_path)
-    assert rows[0]["dynamic/draws"] >= 1
+    assert rows[1]["dynamic/draws"] >= 1
 
 
 def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
@@ -106,8 +109,8 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path):
     volatile = ("time/", "tokens_per_second")
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith(volatile)}
     a, b = _rows(full), _rows(killed)
-    assert [r["step"] for r in b] == [1, 2, 3, 4]
-    for ra, rb in zip(a[2:], b[2:]):
+    assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    for ra, rb in zip(a[3:], b[3:]):
         ka, kb = strip(ra), strip(rb)
         assert ka.keys() == kb.keys()
         for k in ka:
@@ -125,6 +128,11 @@ def _check_export(workdir):
         cfg, params, _ = checkpoint.load_model(str(workdir), which)
         lm = hf.load(out)
         assert lm.config.num_labels == (1 if which == "rm" else 0)
+        # the exported folder's tokenizer is still the char tokenizer (spaces included), even
+        # though its config.json names a Qwen2 model
+        from coop_jax.models.tokenizer import load_tokenizer
+        text = "9+8 = 17. #### 17"
+        assert lm.tokenizer().encode(text) == load_tokenizer().encode(text)
         if which == "rm":
             mask = np.ones_like(tokens)
             np.testing.assert_allclose(lm.scores(tokens, mask),

@@ -50,8 +50,8 @@ class HFModel:
     def tokenizer(self):
         if self.source is None:
             raise ValueError("this model was not loaded from a folder with a tokenizer")
-        from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(self.source)
+        from coop_jax.models.tokenizer import load_tokenizer
+        return load_tokenizer(self.source)
 
     @property
     def pad_token_id(self) -> int | None:

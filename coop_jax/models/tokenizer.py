@@ -37,9 +37,22 @@ def build_char_tokenizer(out_dir: str = CHAR_TOKENIZER_DIR) -> str:
 
 
 def load_tokenizer(path: str | None = None):
-    """AutoTokenizer from a local folder (default: the shipped character tokenizer)."""
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(path or CHAR_TOKENIZER_DIR)
+    """The tokenizer of a local folder (default: the shipped character tokenizer).
+
+    A folder whose tokenizer_config.json names the generic `PreTrainedTokenizerFast` is loaded
+    as exactly that: transformers >= 5's AutoTokenizer would otherwise pick the model family's
+    tokenizer class from config.json (e.g. Qwen2Tokenizer), whose pre-tokenizer drops the
+    character tokenizer's spaces.
+    """
+    import transformers
+
+    path = path or CHAR_TOKENIZER_DIR
+    config_path = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(config_path):
+        with open(config_path) as f:
+            if json.load(f).get("tokenizer_class") == "PreTrainedTokenizerFast":
+                return transformers.PreTrainedTokenizerFast.from_pretrained(path)
+    return transformers.AutoTokenizer.from_pretrained(path)
 
 
 if __name__ == "__main__":
