@@ -163,6 +163,7 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
     ``groups`` maps run name -> group label (default: every run is its own group). Returns the
     metric keys plotted; writes nothing when there are none.
     """
+    import matplotlib.lines
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend state
 
@@ -180,6 +181,8 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
     members: dict[str, list[list[dict]]] = {}
     for run, rows in metrics_rows_by_run.items():
         members.setdefault(groups[run], []).append(rows)
+    # one colour per group in every subplot, also where a group logged nothing
+    colors = {label: f"C{j % 10}" for j, label in enumerate(sorted(members))}
     ncols = min(3, len(present))
     nrows = math.ceil(len(present) / ncols)
     fig = Figure(figsize=(4.5 * ncols, 3.2 * nrows), layout="constrained")
@@ -190,16 +193,17 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
             steps, mean, low, high = _curve(members[label], key)
             if not len(steps):
                 continue
-            (line,) = ax.plot(steps, mean, label=label, lw=1.5)
+            ax.plot(steps, mean, label=label, lw=1.5, color=colors[label])
             band = np.isfinite(low)
             if band.any():
                 ax.fill_between(steps, np.where(band, low, mean), np.where(band, high, mean),
-                                color=line.get_color(), alpha=0.2, lw=0)
+                                color=colors[label], alpha=0.2, lw=0)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if i == 0:
-            ax.legend(fontsize=8)
+            handles = [matplotlib.lines.Line2D([], [], color=colors[g], label=g) for g in colors]
+            ax.legend(handles=handles, fontsize=8)
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
     fig.savefig(out_png, dpi=110)
     return [k for k, _ in present]
