@@ -5,7 +5,23 @@ import logging
 import sys
 from typing import Any, Callable
 
+from absl import flags
 from absl.app import UsageError
+
+
+def parse_flags(define: Callable[[flags.FlagValues, list[str]], None],
+                argv: list[str]) -> flags.FlagValues:
+    """Fresh FlagValues (so `main(argv)` can be called in-process), defined by `define(fv,
+    argv)` and parsed; bad flags and stray positional arguments raise UsageError."""
+    fv = flags.FlagValues()
+    define(fv, argv)
+    try:
+        rest = fv(argv)
+    except flags.Error as e:
+        raise UsageError(str(e)) from e
+    if len(rest) > 1:
+        raise UsageError(f"unexpected positional arguments: {rest[1:]}")
+    return fv
 
 
 def run_console(main: Callable[[list[str]], Any], prog: str) -> None:

@@ -54,5 +54,5 @@ def read_metrics(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    from coop_jax.jsonl import read_jsonl
+    return read_jsonl(path)

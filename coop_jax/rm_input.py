@@ -38,19 +38,12 @@ def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int) -> tuple[np.nd
 
 def read_triples(path: str) -> list[dict]:
     """JSONL triples; a line that is not a JSON object is an error naming the line."""
-    triples = []
-    with open(path, encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {line_no} is not JSON ({e})") from e
-            triples.append(row)
+    from coop_jax.eval.evaluate import check_triples
+    from coop_jax.jsonl import read_jsonl
+
+    triples = read_jsonl(path)
     if not triples:
         raise ValueError(f"{path} holds no triples")
-    from coop_jax.eval.evaluate import check_triples
     check_triples(triples)
     return triples
 

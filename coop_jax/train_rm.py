@@ -588,17 +588,10 @@ def _train_mode(f) -> dict:
 
 def main(argv: list[str]) -> dict[str, Any]:
     """Parse `argv` (argv[0] is the program name) and run the chosen mode."""
-    from absl import flags
     from absl.app import UsageError
 
-    fv = flags.FlagValues()
-    define_flags(fv, argv)
-    try:
-        rest = fv(argv)
-    except flags.Error as e:
-        raise UsageError(str(e)) from e
-    if len(rest) > 1:
-        raise UsageError(f"unexpected positional arguments: {rest[1:]}")
+    from coop_jax.console import parse_flags
+    fv = parse_flags(define_flags, argv)
     if fv.mode is None:
         raise UsageError(f"--mode is required: one of {list(MODES)}")
     for name in ("num_examples", "batch_size", "max_len", "max_prompt_len", "max_new_tokens"):

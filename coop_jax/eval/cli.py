@@ -264,14 +264,8 @@ def _evaluate_policy(f, t0: float) -> dict:
 def main(argv: list[str]) -> dict[str, Any]:
     """Parse `argv` (argv[0] is the program name), evaluate, write OUT/, return the report."""
     argv = [_ARG_ALIASES.get(a, a) for a in argv]
-    fv = flags.FlagValues()
-    define_flags(fv, argv)
-    try:
-        rest = fv(argv)
-    except flags.Error as e:
-        raise UsageError(str(e)) from e
-    if len(rest) > 1:
-        raise UsageError(f"unexpected positional arguments: {rest[1:]}")
+    from coop_jax.console import parse_flags
+    fv = parse_flags(define_flags, argv)
     _validate(fv)
     t0 = time.time()
     report = _evaluate_rm(fv, t0) if fv.rm_triples else _evaluate_policy(fv, t0)

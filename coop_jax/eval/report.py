@@ -56,17 +56,11 @@ def load_run(run_dir: str) -> dict[str, Any]:
     metrics = []
     mpath = os.path.join(run_dir, "metrics.jsonl")
     if os.path.isfile(mpath):
-        with open(mpath) as fh:
-            for line_no, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{mpath}: line {line_no} is not JSON ({e})") from e
-                if not isinstance(row, dict) or not isinstance(row.get("step"), (int, float)):
-                    raise ValueError(f"{mpath}: line {line_no} needs a numeric 'step'")
-                metrics.append(row)
+        from coop_jax.jsonl import read_jsonl
+        metrics = read_jsonl(mpath)
+        for row in metrics:
+            if not isinstance(row.get("step"), (int, float)):
+                raise ValueError(f"{mpath}: every line needs a numeric 'step', got {row!r:.80}")
     else:
         logger.warning("%s: no metrics.jsonl; the run has no curves", run_dir)
     metrics.sort(key=lambda r: r["step"])
