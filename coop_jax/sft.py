@@ -86,3 +86,14 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
         if log_every and (i + 1) % log_every == 0:
             log.info("sft step %d/%d loss %.4f", i + 1, steps, np.mean(losses[-log_every:]))
     return params, losses
+
+
+def warm_start_from_config(params, cfg: models.ModelConfig, tokenizer, records: list[dict],
+                           config) -> tuple[dict, list[float]]:
+    """`warm_start` with the `sft` and `data` sections of a coop_jax config."""
+    s = config.sft
+    return warm_start(params, cfg, tokenizer, records, template=config.data.prompt_template,
+                      steps=s.steps, batch_size=s.batch_size, learning_rate=s.learning_rate,
+                      warmup_steps=s.warmup_steps, max_prompt_len=config.data.max_prompt_len,
+                      max_len=s.max_len, seed=config.seed, kernel_impl=config.kernels.impl,
+                      chat=config.data.chat_template, corrupt_fraction=s.corrupt_fraction)

@@ -117,16 +117,10 @@ class Trainer:
     # ------------------------------------------------------------------ construction
     def _sft(self, params):
         from coop_jax import sft
-        c = self.config
-        params, losses = sft.warm_start(
-            params, self.policy_cfg, self.tokenizer, self.train_records,
-            template=c.data.prompt_template, steps=c.sft.steps, batch_size=c.sft.batch_size,
-            learning_rate=c.sft.learning_rate, warmup_steps=c.sft.warmup_steps,
-            max_prompt_len=c.data.max_prompt_len, max_len=c.sft.max_len, seed=c.seed,
-            kernel_impl=c.kernels.impl, chat=c.data.chat_template,
-            corrupt_fraction=c.sft.corrupt_fraction)
+        params, losses = sft.warm_start_from_config(params, self.policy_cfg, self.tokenizer,
+                                                    self.train_records, self.config)
         log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
-                     losses[-1])
+                 losses[-1])
         return jax.device_put(params, parallel.param_shardings(self.policy_cfg, self.mesh))
 
     def _build_rm(self, key):

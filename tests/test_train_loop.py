@@ -55,8 +55,9 @@ def test_every_reward_type_trains(reward_type, tmp_path):
     assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "curves.png")
 
 
-def test_dynamic_sampling_and_overlong_options(tmp_path):
+def test_sft_warm_start_dynamic_sampling_and_overlong_options(tmp_path):
     c = tiny_config()
+    c.sft.update(steps=2, batch_size=4, max_len=20, corrupt_fraction=0.5)
     c.rl.update(dynamic_sampling=True, dynamic_max_draws=2, overlong="penalty",
                 overlong_cache_len=4, advantage="rloo", aggregation="seq_mean_token_mean")
     train.train(c, str(tmp_path))

@@ -35,12 +35,7 @@ def sft_policy(config, out_dir: str) -> str:
     records, _, _ = train.load_records(config)
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
     cfg, params = train.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed))
-    s = config.sft
-    params, losses = sft.warm_start(
-        params, cfg, tokenizer, records, template=config.data.prompt_template, steps=s.steps,
-        batch_size=s.batch_size, learning_rate=s.learning_rate, warmup_steps=s.warmup_steps,
-        max_prompt_len=config.data.max_prompt_len, max_len=s.max_len, seed=config.seed,
-        kernel_impl=config.kernels.impl, corrupt_fraction=s.corrupt_fraction)
+    params, losses = sft.warm_start_from_config(params, cfg, tokenizer, records, config)
     log.info("SFT: loss %.3f -> %.3f", losses[0], losses[-1])
     hf.save(hf.from_params(cfg, jax.device_get(params), tokenizer_dir=CHAR_TOKENIZER_DIR,
                            pad_token_id=tokenizer.pad_token_id), out_dir)
