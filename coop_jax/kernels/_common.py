@@ -11,6 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 M_INIT = -1e30  # finite "minus infinity": keeps (m_old - m_new) * 0 free of NaN
 GREEDY_TEMPERATURE = 1e-6
@@ -110,3 +111,27 @@ def dlogits(z: jax.Array, valid: jax.Array, onehot: jax.Array, lse: jax.Array, e
     p = jnp.where(valid, jnp.exp(jnp.where(valid, z, 0.0) - lse), 0.0)
     dz = g_lp * (onehot.astype(jnp.float32) - p) - g_ent * p * (z - ez)
     return jnp.where(valid, dz, 0.0) / temperature
+
+
+INT_MAX = 2 ** 31 - 1
+
+
+def tile_candidates(vals: jax.Array, cols: jax.Array, lane: jax.Array, count: int
+                    ) -> tuple[jax.Array, jax.Array]:
+    """The `count` largest entries per row of `vals` by repeated max extraction (no sort on
+    Mosaic/Triton): (values, column ids) laid out along `lane` ([1 or rows, width] lane ids,
+    built the way each backend lowers best); lanes >= count hold -inf / 0."""
+    rows, width = vals.shape[0], lane.shape[-1]
+
+    def body(r, carry):
+        vals, cz, ci = carry
+        mx = jnp.max(vals, axis=1, keepdims=True)
+        am = jnp.min(jnp.where(vals == mx, cols, INT_MAX), axis=1, keepdims=True)
+        cz = jnp.where(lane == r, mx, cz)
+        ci = jnp.where(lane == r, am, ci)
+        return jnp.where(cols == am, -jnp.inf, vals), cz, ci
+
+    init = (vals, jnp.full((rows, width), -jnp.inf, jnp.float32),
+            jnp.zeros((rows, width), jnp.int32))
+    _, cz, ci = lax.fori_loop(0, count, body, init)
+    return cz, ci

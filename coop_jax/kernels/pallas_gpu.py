@@ -33,7 +33,6 @@ DEFAULT_SAMPLE_ROW_TILE = 16
 DEFAULT_SAMPLE_VOCAB_TILE = 256  # wider tiles: fewer per-tile top-k candidates to merge
 DIM_TILE = 64
 TILES_PER_PROGRAM = 8
-_INT_MAX = 2 ** 31 - 1
 
 
 def _pow2(name: str, value: int) -> None:
@@ -209,27 +208,15 @@ def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
     noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.valid)
     score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
     best = jnp.max(score, axis=1, keepdims=True)
-    pos = jnp.min(jnp.where(score == best, cols, _INT_MAX), axis=1, keepdims=True)
+    pos = jnp.min(jnp.where(score == best, cols, _common.INT_MAX), axis=1, keepdims=True)
     bz = jnp.sum(jnp.where(cols == pos, z, 0.0), axis=1, keepdims=True)
     for ref, val in zip((m_ref, s_ref, t_ref, bs_ref, bi_ref, bz_ref), (m, s, t, best, pos, bz)):
         ref[...] = jnp.squeeze(val, 1)
     if num_cand:
         cz_ref, ci_ref = cand_refs
         width = cz_ref.shape[-1]  # power of two >= num_cand; extra lanes hold -inf
-        vals = jnp.where(valid, z, -jnp.inf)
         lane = jnp.arange(width, dtype=jnp.int32)[None, :]
-
-        def body(r, carry):
-            vals, cz, ci = carry
-            mx = jnp.max(vals, axis=1, keepdims=True)
-            am = jnp.min(jnp.where(vals == mx, cols, _INT_MAX), axis=1, keepdims=True)
-            cz = jnp.where(lane == r, mx, cz)
-            ci = jnp.where(lane == r, am, ci)
-            return jnp.where(cols == am, -jnp.inf, vals), cz, ci
-
-        init = (vals, jnp.full((g.bn, width), -jnp.inf, jnp.float32),
-                jnp.zeros((g.bn, width), jnp.int32))
-        _, cz, ci = lax.fori_loop(0, num_cand, body, init)
+        cz, ci = _common.tile_candidates(jnp.where(valid, z, -jnp.inf), cols, lane, num_cand)
         cz_ref[...], ci_ref[...] = cz, ci
 
 

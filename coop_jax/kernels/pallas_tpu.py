@@ -35,7 +35,6 @@ VMEM_LIMIT_BYTES = 32 * 2 ** 20
 _NN = (((1,), (0,)), ((), ()))
 _NT = (((1,), (1,)), ((), ()))
 _TN = (((0,), (0,)), ((), ()))
-_INT_MAX = 2 ** 31 - 1
 
 
 def _dot(a: jax.Array, b: jax.Array, dims) -> jax.Array:
@@ -223,31 +222,16 @@ def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
     noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, vocab)
     score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
     best = jnp.max(score, axis=1, keepdims=True)
-    pos = jnp.min(jnp.where(score == best, cols, _INT_MAX), axis=1, keepdims=True)
+    pos = jnp.min(jnp.where(score == best, cols, _common.INT_MAX), axis=1, keepdims=True)
     bs_ref[...] = best
     bi_ref[...] = pos
     bz_ref[...] = jnp.sum(jnp.where(cols == pos, z, 0.0), axis=1, keepdims=True)
     if num_cand:
         cz_ref, ci_ref = cand_refs
-        cz, ci = _tile_candidates(jnp.where(valid, z, -jnp.inf), cols, cz_ref.shape[-1])
+        c = cz_ref.shape[-1]
+        cz, ci = _common.tile_candidates(jnp.where(valid, z, -jnp.inf), cols,
+                                         lax.broadcasted_iota(jnp.int32, (z.shape[0], c), 1), c)
         cz_ref[...], ci_ref[...] = cz, ci
-
-
-def _tile_candidates(vals: jax.Array, cols: jax.Array, c: int) -> tuple[jax.Array, jax.Array]:
-    """The c largest entries per row by repeated max extraction (no sort on Mosaic/Triton)."""
-    lane = lax.broadcasted_iota(jnp.int32, (vals.shape[0], c), 1)
-
-    def body(r, carry):
-        vals, cz, ci = carry
-        mx = jnp.max(vals, axis=1, keepdims=True)
-        am = jnp.min(jnp.where(vals == mx, cols, _INT_MAX), axis=1, keepdims=True)
-        cz = jnp.where(lane == r, mx, cz)
-        ci = jnp.where(lane == r, am, ci)
-        return jnp.where(cols == am, -jnp.inf, vals), cz, ci
-
-    init = (vals, jnp.full(lane.shape, -jnp.inf, jnp.float32), jnp.zeros(lane.shape, jnp.int32))
-    _, cz, ci = lax.fori_loop(0, c, body, init)
-    return cz, ci
 
 
 def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
