@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from absl.app import UsageError
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402  (the test extra installs the CPU build)
+import transformers  # noqa: E402
 
 from coop_jax.eval import cli, report  # noqa: E402
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402

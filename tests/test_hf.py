@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402  (the test extra installs the CPU build)
+import transformers  # noqa: E402
 
 from coop_jax import hf  # noqa: E402
 

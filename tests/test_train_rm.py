@@ -185,8 +185,8 @@ def test_tiny_rm_learns_held_out_questions(trained):
 
 
 def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    import torch
+    import transformers
     from coop_jax import hf
     from coop_jax.checkpoint import load_model
     from coop_jax.eval import cli

@@ -1,9 +1,9 @@
 """Agreement and precision of the rule verifier on the real GSM8K and MATH500 test sets."""
 
-import json
 
 import pytest
 
+from coop_jax.jsonl import read_jsonl
 from coop_jax.verify import answers_equivalent, verify
 from coop_jax.verify.normalize import normalize
 
@@ -12,9 +12,7 @@ MATH500_MIN_AGREEMENT = 0.998
 
 
 def _rows(path):
-    if not path.exists():
-        pytest.skip(f"{path} not available")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(str(path))
 
 
 @pytest.fixture(scope="module")
