@@ -426,11 +426,11 @@ class Trainer:
                 done = step + 1
                 last = done == c.train.steps
                 if last or (c.train.eval_every and done % c.train.eval_every == 0):
-                    evaluation = self.evaluate(self.state.policy.params, verifier)
-                    metrics.update(evaluation)
-                    final = evaluation if last else None
+                    metrics.update(self.evaluate(self.state.policy.params, verifier))
                 if last or (c.cooper.heldout_every and done % c.cooper.heldout_every == 0):
                     metrics.update(self._rm_heldout())
+                if last:
+                    final = metrics
                 row = writer.write(done, metrics)
                 bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
                                 acc=f"{row.get('rule_accuracy', 0):.3f}")
@@ -446,7 +446,7 @@ class Trainer:
                     return {"stopped_at": done}
             writer.close()
             if final is None:  # resumed a run that had already finished its steps
-                final = self.evaluate(self.state.policy.params, verifier)
+                final = self.evaluate(self.state.policy.params, verifier) | self._rm_heldout()
             stats = verifier.stats.as_dict()
         signal.signal(signal.SIGTERM, previous)
         summary = {
@@ -459,7 +459,8 @@ class Trainer:
             "wall_seconds": extra["wall_seconds_before"] + time.time() - start_time,
             "skipped_rows": self.skipped_rows, "verifier": stats,
         }
-        summary.update(self._rm_heldout())
+        if "rm_heldout_accuracy" in final:
+            summary["rm_heldout_accuracy"] = final["rm_heldout_accuracy"]
         with open(os.path.join(self.workdir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         _plot(self.workdir)
