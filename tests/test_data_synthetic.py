@@ -211,3 +211,70 @@ def test_package_import_does_not_load_tensorflow_or_jax():
             "assert not bad, bad")
     repo_root = pathlib.Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", code], check=True, cwd=repo_root)
+
+
+# ----------------------------------------------------------- consistent wrong solutions
+_STEP = re.compile(r"(-?\d+)([-+*])(-?\d+)=(-?\d+)")
+
+
+def _check_consistent_wrong(question, solution, wrong, reference):
+    from coop_jax.verify import verify
+
+    steps = _STEP.findall(wrong)
+    assert steps, wrong
+    prev = None
+    for a, op, b, result in steps:
+        if prev is not None:
+            assert int(a) == prev, f"step does not start from the previous result: {wrong}"
+        prev = int(result)
+    final = int(re.search(r"(?:####\s*|\\boxed\{)(-?\d+)", wrong).group(1))
+    assert final == prev, f"final answer is not the last computed value: {wrong}"
+    assert not verify(reference, wrong), f"{wrong} verifies against {reference}"
+    # exactly one slip: one step has a wrong result or a right operand that differs from the
+    # question's, and the chain before it is untouched
+    truth = _STEP.findall(solution)
+    assert len(truth) == len(steps)
+    first_diff = next(i for i, (s, t) in enumerate(zip(steps, truth)) if s != t)
+    assert steps[:first_diff] == truth[:first_diff]
+    a, op, b, result = steps[first_diff]
+    misread = b != truth[first_diff][2]
+    slip = int(result) != _OPS[op](int(a), int(b))
+    assert misread != slip, (solution, wrong)
+
+
+@pytest.mark.parametrize("cfg", [SyntheticConfig(), SyntheticConfig(
+    num_operands_min=2, num_operands_max=5, max_operand=30, ops="+-*", answer_format="boxed")])
+def test_consistent_wrong_solution_is_consistent_and_wrong(cfg):
+    from coop_jax.data.synthetic import consistent_wrong_solution
+
+    rng = np.random.default_rng(0)
+    made = 0
+    for rec in make_dataset(300, seed=5, cfg=cfg):
+        wrong = consistent_wrong_solution(rec["question"], rec["solution"], rng,
+                                          cfg.answer_format)
+        if wrong is None:  # only when every slip is absorbed by a later "*0"
+            assert "*0" in rec["question"].replace("(", "").replace(")", "")
+            continue
+        made += 1
+        _check_consistent_wrong(rec["question"], rec["solution"], wrong, rec["reference"])
+    assert made >= 290
+
+
+def test_consistent_wrong_solution_keeps_the_text_around_the_steps():
+    from coop_jax.data.synthetic import consistent_wrong_solution
+
+    rng = np.random.default_rng(1)
+    text = "16-13=3. 3-5=-2. #### -2 done"
+    wrong = consistent_wrong_solution("16-13-5", text, rng)
+    assert wrong.endswith(" done") and wrong.count(".") == 2
+    _check_consistent_wrong("16-13-5", "16-13=3. 3-5=-2. #### -2", wrong[:-5], "-2")
+    # the slip is early: the first step here (two steps -> first half is step 0)
+    assert not wrong.startswith("16-13=3.")
+
+
+def test_consistent_wrong_solution_without_steps_rebuilds_from_the_question():
+    from coop_jax.data.synthetic import consistent_wrong_solution
+
+    wrong = consistent_wrong_solution("7+12-5", "#### 14", np.random.default_rng(2))
+    _check_consistent_wrong("7+12-5", "7+12=19. 19-5=14. #### 14", wrong, "14")
+    assert consistent_wrong_solution("hello", "no steps", np.random.default_rng(0)) is None

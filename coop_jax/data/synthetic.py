@@ -25,6 +25,9 @@ SPLITS = ("train", "test")
 _HOLDOUT_MOD = 10
 _OP_WORDS = {"+": "plus", "-": "minus", "*": "times"}
 _TOKEN_RE = re.compile(r"\d+|[-+*()]")
+# One worked step "19-5=14." of a solution (a policy's completion may carry spaces around symbols).
+_STEP_RE = re.compile(r"(-?\d+)\s*([-+*])\s*(-?\d+)\s*=\s*(-?\d+)")
+_FINAL_RE = re.compile(r"(####\s*)(-?\d+)|(\\boxed\{\s*)(-?\d+)(\s*\})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,3 +169,81 @@ def make_dataset(n: int, seed: int, cfg: SyntheticConfig | None = None, *,
         if split is None or holdout_split(rec["question"]) == split:
             records.append(rec)
     return records
+
+
+def _chain_from_question(question: str) -> list[tuple[int, str, int]] | None:
+    """(left, op, right) of every left-to-right step of a synthetic question (parentheses only
+    group what left-to-right order already evaluates first)."""
+    tokens = [t for t in _TOKEN_RE.findall(question) if t not in "()"]
+    if len(tokens) < 3 or len(tokens) % 2 == 0:
+        return None
+    operands, ops = [int(t) for t in tokens[::2]], tokens[1::2]
+    steps, value = [], operands[0]
+    for op, b in zip(ops, operands[1:]):
+        steps.append((value, op, b))
+        value = _apply(op, value, b)
+    return steps
+
+
+def consistent_wrong_solution(question: str, solution: str, rng: np.random.Generator,
+                              answer_format: str = "####") -> str | None:
+    """A plausible wrong solution: one early slip carried consistently to a wrong final answer.
+
+    The offline stand-in for Cooper's LLM rewrite of a correct solution into a plausible wrong
+    one. One step of ``solution`` gets either a misread right operand (``19-5`` -> ``19-7``) or an
+    arithmetic slip in its result (``19-5=14`` -> ``19-5=13``), chosen among the first half of the
+    steps; every later step then starts from the wrong value and is computed correctly, and the
+    final answer is the last computed value. Unlike replacing only the final answer, every step
+    stays consistent with the one before, so the error shows only against the question or the
+    reference answer. A solution without worked steps is rebuilt from ``question`` (the question
+    itself is never changed). None when no slip changes the final answer (e.g. ``x*0`` later on).
+    """
+    steps = [(m, (int(m[1]), m[2], int(m[3]))) for m in _STEP_RE.finditer(solution)]
+    final = list(_FINAL_RE.finditer(solution))
+    if not steps:
+        chain = _chain_from_question(question)
+        if chain is None:
+            return None
+        worked, _ = _render_chain(chain, answer_format)
+        return consistent_wrong_solution(question, worked, rng, answer_format)
+    n = len(steps)
+    early = max(1, (n + 1) // 2)
+    for _ in range(8):  # a slip can vanish in a later "*0": draw again
+        i = int(rng.integers(0, early))
+        delta = int(rng.integers(1, 4)) * (1 if rng.random() < 0.5 else -1)
+        misread = rng.random() < 0.5
+        new_steps, value = [], None
+        for j, (_, (a, op, b)) in enumerate(steps):
+            if value is not None:
+                a = value
+            if j == i and misread:
+                b = b + delta if b + delta >= 0 else b - delta
+            result = _apply(op, a, b)
+            if j == i and not misread:
+                result += delta
+            new_steps.append((a, op, b, result))
+            value = result
+        written = final[-1].group(2) or final[-1].group(4) if final else steps[-1][0][4]
+        if value == int(written):
+            continue
+        pieces, at = [], 0
+        for (m, _), (a, op, b, result) in zip(steps, new_steps):
+            pieces += [solution[at:m.start()], f"{a}{op}{b}={result}"]
+            at = m.end()
+        tail = solution[at:]
+        if final and final[-1].start() >= at:
+            f = _FINAL_RE.search(tail, final[-1].start() - at)
+            tail = (tail[:f.start()] + (f"{f.group(1)}{value}" if f.group(1) is not None
+                                        else f"{f.group(3)}{value}{f.group(5)}") + tail[f.end():])
+        else:
+            tail = tail.rstrip() + " " + format_answer(value, answer_format)
+        return "".join(pieces) + tail
+    return None
+
+
+def _render_chain(chain: list[tuple[int, str, int]], answer_format: str) -> tuple[str, int]:
+    steps, value = [], chain[0][0]
+    for a, op, b in chain:
+        value = _apply(op, a, b)
+        steps.append(f"{a}{op}{b}={value}.")
+    return " ".join(steps + [format_answer(value, answer_format)]), value
