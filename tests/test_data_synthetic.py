@@ -245,7 +245,7 @@ def _check_consistent_wrong(question, solution, wrong, reference):
 @pytest.mark.parametrize("cfg", [SyntheticConfig(), SyntheticConfig(
     num_operands_min=2, num_operands_max=5, max_operand=30, ops="+-*", answer_format="boxed")])
 def test_consistent_wrong_solution_is_consistent_and_wrong(cfg):
-    from coop_jax.data.synthetic import consistent_wrong_solution
+    from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 
     rng = np.random.default_rng(0)
     made = 0
@@ -257,6 +257,7 @@ def test_consistent_wrong_solution_is_consistent_and_wrong(cfg):
             continue
         made += 1
         _check_consistent_wrong(rec["question"], rec["solution"], wrong, rec["reference"])
+        assert solution_error_kind(rec["question"], rec["reference"], wrong) == "consistent_wrong"
     assert made >= 290
 
 
@@ -278,3 +279,17 @@ def test_consistent_wrong_solution_without_steps_rebuilds_from_the_question():
     wrong = consistent_wrong_solution("7+12-5", "#### 14", np.random.default_rng(2))
     _check_consistent_wrong("7+12-5", "7+12=19. 19-5=14. #### 14", wrong, "14")
     assert consistent_wrong_solution("hello", "no steps", np.random.default_rng(0)) is None
+
+
+def test_solution_error_kind():
+    from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
+
+    q, ref, good = "16-13-5", "-2", "16-13=3. 3-5=-2. #### -2"
+    assert solution_error_kind(q, ref, good) == "correct"
+    assert solution_error_kind(q, ref, "16-13=3. 3-5=-2. #### -1") == "final_mismatch"
+    wrong = consistent_wrong_solution(q, good, np.random.default_rng(0))
+    assert solution_error_kind(q, ref, wrong) == "consistent_wrong"
+    assert solution_error_kind(q, ref, "16-13=3. 3-5=-3. #### -3") == "consistent_wrong"
+    assert solution_error_kind(q, ref, "16-13=3. 4-5=-1. #### -1") == "other"  # broken chain
+    assert solution_error_kind(q, ref, "16-13=4. 4-5=-1. #### -3") == "other"
+    assert solution_error_kind(q, ref, "16-13=3. 3-5=-2.") == "no_answer"

@@ -247,3 +247,33 @@ def _render_chain(chain: list[tuple[int, str, int]], answer_format: str) -> tupl
         value = _apply(op, a, b)
         steps.append(f"{a}{op}{b}={value}.")
     return " ".join(steps + [format_answer(value, answer_format)]), value
+
+
+ERROR_KINDS = ("correct", "final_mismatch", "consistent_wrong", "other", "no_answer")
+
+
+def solution_error_kind(question: str, reference: str, completion: str) -> str:
+    """What kind of solution ``completion`` is, for diagnostics of RM triples.
+
+    ``correct``: the final answer equals ``reference``. ``final_mismatch``: every step is right
+    but the final answer differs from the last computed value (the SFT data's off-by-one errors,
+    and what ``perturb`` produces). ``consistent_wrong``: each step starts from the previous
+    step's result and the final answer is the last result, yet it is wrong (a misread operand or
+    an arithmetic slip carried through). ``other``: anything else with a final answer; ``no_answer``: none.
+    """
+    final = list(_FINAL_RE.finditer(completion))
+    if not final:
+        return "no_answer"
+    answer = int(final[-1].group(2) or final[-1].group(4))
+    if str(answer) == reference.strip():
+        return "correct"
+    steps = [(int(m[1]), m[2], int(m[3]), int(m[4])) for m in _STEP_RE.finditer(completion)]
+    if not steps:
+        return "other"
+    if any(s[0] != prev[3] for prev, s in zip(steps, steps[1:])):
+        return "other"  # a step does not start from the previous result
+    if answer == steps[-1][3]:
+        return "consistent_wrong"
+    right = ([s[:3] for s in steps] == _chain_from_question(question)
+             and all(_apply(op, a, b) == r for a, op, b, r in steps))
+    return "final_mismatch" if right else "other"
