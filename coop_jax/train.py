@@ -99,6 +99,9 @@ class Trainer:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.train_records, self.eval_records, self.skipped_rows = load_records(config)
+        if self.reward_type == "corewarding_1":  # the second view must exist on every record
+            data.sources.check_rephrased(self.train_records, config.data.dataset,
+                                         config.data.rephrase_field, config.data.data_dir)
         self.rewriter = None  # the assistant model of cooper.negative == "rewrite", set in run()
         self._background = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         key = jax.random.key(config.seed)

@@ -5,7 +5,8 @@ import re
 import pytest
 
 from coop_jax.data import SyntheticConfig, last_boxed, load_gsm8k_jsonl, load_math_jsonl, load_split
-from coop_jax.data.sources import normalize_number, strip_calculator_annotations
+from coop_jax.data.sources import (check_rephrased, normalize_number, read_split_rows,
+                                   strip_calculator_annotations)
 
 NUMBER = re.compile(r"-?\d+(\.\d+)?")
 
@@ -144,3 +145,51 @@ def test_load_split_errors(shared_data, tmp_path):
     (tmp_path / "test.jsonl").write_text("{bad\n")
     with pytest.raises(ValueError, match="no valid rows"):
         load_split("gsm8k", "test", data_dir=tmp_path)
+
+
+def test_rephrased_and_id_fields_are_read_back(tmp_path):
+    rows = [
+        {"question": "Q0", "answer": "#### 1", "id": "mine-7", "rephrased": "  R0 "},
+        {"question": "Q1", "answer": "#### 2", "rephrased": "   "},
+        {"question": "Q2", "answer": "#### 3", "rephrased": 5},
+        {"question": "Q3", "answer": "#### 4", "id": ""},
+    ]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    records, stats = load_gsm8k_jsonl(path)
+    assert [(r["id"], r["rephrased"]) for r in records] == [
+        ("mine-7", "R0"), ("gsm8k-train-1", None), ("gsm8k-train-3", None)]
+    assert stats.skipped == {"field 'rephrased' is int, not str": 1}
+    math_rows = [{"problem": "P", "answer": "1", "id": "m-0", "rephrased": "P'"},
+                 {"problem": "P", "answer": "1", "id": "m-1", "unique_id": "u/1.json"}]
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in math_rows))
+    records, _ = load_math_jsonl(tmp_path / "m.jsonl")
+    assert [(r["id"], r["rephrased"]) for r in records] == [("m-0", "P'"), ("u/1.json", None)]
+
+
+def test_read_split_rows_pairs_raw_rows_with_records(tmp_path):
+    (tmp_path / "train.jsonl").write_text(
+        json.dumps({"question": "Q", "answer": "w\n#### 3", "extra": [1]}) + "\n{bad\n")
+    path, pairs, stats = read_split_rows("gsm8k", "train", tmp_path)
+    assert path == str(tmp_path / "train.jsonl") and stats.num_skipped == 1
+    assert pairs == [({"question": "Q", "answer": "w\n#### 3", "extra": [1]},
+                      {"id": "gsm8k-train-0", "question": "Q", "reference": "3",
+                       "solution": "w\n#### 3", "rephrased": None})]
+    with pytest.raises(ValueError, match="dataset must be one of"):
+        read_split_rows("synthetic", "train", tmp_path)
+    with pytest.raises(ValueError, match="split for 'math500'"):
+        read_split_rows("math500", "train", tmp_path)
+
+
+def test_check_rephrased_names_the_dataset_and_the_field(shared_data):
+    records = load_split("gsm8k", "train", data_dir=shared_data / "gsm8k", num_examples=4)
+    with pytest.raises(ValueError, match=r"'rephrased'.*4 of 4 records of dataset 'gsm8k' in "
+                                         r"'.*gsm8k'.*coop-rephrase"):
+        check_rephrased(records, "gsm8k", "rephrased", shared_data / "gsm8k")
+    ok = [dict(r, rephrased=f"view {i}") for i, r in enumerate(records)]
+    check_rephrased(ok, "gsm8k")
+    with pytest.raises(ValueError, match=r"1 of 4 records of dataset 'gsm8k' have none "
+                                         r"\(e.g. \['gsm8k-train-2'\]\)"):
+        check_rephrased(ok[:2] + [dict(ok[2], rephrased=" ")] + ok[3:], "gsm8k")
+    with pytest.raises(ValueError, match="'other_field'"):
+        check_rephrased(ok, "gsm8k", "other_field")

@@ -3,7 +3,9 @@
 Each reader returns ``(records, stats)``: the kept records and a :class:`SkipStats` that counts
 rows skipped as malformed (not JSON, not an object, missing field, wrong type, empty field, no
 extractable reference). Blank lines are not rows. Record ids use the 0-based line number, so they
-stay stable when malformed rows are skipped.
+stay stable when malformed rows are skipped, unless the row carries its own ``id`` (as the files
+``coop-rephrase`` writes do). An optional ``rephrased`` string (Co-rewarding-I's second view of the
+question) is read back; a missing or blank one is None.
 """
 from __future__ import annotations
 
@@ -101,6 +103,15 @@ def _field(row: dict, key: str, *, required: bool = True) -> str | None:
     return value
 
 
+def _row_id(row: dict, default: str, *keys: str) -> str:
+    """The first non-empty string among ``row[keys]``, else ``default``."""
+    for key in keys:
+        value = row.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return default
+
+
 def _gsm8k_row(row: dict, line_no: int, id_prefix: str, keep_calculator: bool) -> Record:
     question = _field(row, "question")
     answer = _field(row, "answer")
@@ -110,8 +121,10 @@ def _gsm8k_row(row: dict, line_no: int, id_prefix: str, keep_calculator: bool) -
     if not reference:
         raise _Skip("empty reference after '####'")
     solution = answer if keep_calculator else strip_calculator_annotations(answer)
-    return {"id": f"{id_prefix}-{line_no}", "question": question.strip(), "reference": reference,
-            "solution": solution.strip(), "rephrased": None}
+    rephrased = _field(row, "rephrased", required=False)
+    return {"id": _row_id(row, f"{id_prefix}-{line_no}", "id"), "question": question.strip(),
+            "reference": reference, "solution": solution.strip(),
+            "rephrased": rephrased.strip() if rephrased is not None else None}
 
 
 def _math_row(row: dict, line_no: int, id_prefix: str) -> Record:
@@ -122,15 +135,18 @@ def _math_row(row: dict, line_no: int, id_prefix: str) -> Record:
         last_boxed(solution) if solution is not None else None)
     if reference is None or not reference.strip():
         raise _Skip("no 'answer' and no \\boxed{} in 'solution'")
-    uid = row.get("unique_id")
-    rid = uid if isinstance(uid, str) and uid else f"{id_prefix}-{line_no}"
-    return {"id": rid, "question": question.strip(), "reference": reference.strip(),
-            "solution": solution.strip() if solution is not None else None, "rephrased": None}
+    rephrased = _field(row, "rephrased", required=False)
+    return {"id": _row_id(row, f"{id_prefix}-{line_no}", "unique_id", "id"),
+            "question": question.strip(), "reference": reference.strip(),
+            "solution": solution.strip() if solution is not None else None,
+            "rephrased": rephrased.strip() if rephrased is not None else None}
 
 
-def _read_jsonl(path: str, parse: Callable[[dict, int], Record]) -> tuple[list[Record], SkipStats]:
+def _read_jsonl(path: str, parse: Callable[[dict, int], Record], *,
+                with_rows: bool = False) -> tuple[list, SkipStats]:
+    """Parsed records (or, ``with_rows``, ``(raw row, record)`` pairs) and the skip counts."""
     stats = SkipStats(path=str(path))
-    records: list[Record] = []
+    records: list = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f):
             if not line.strip():
@@ -143,7 +159,8 @@ def _read_jsonl(path: str, parse: Callable[[dict, int], Record]) -> tuple[list[R
                     raise _Skip("not JSON") from e
                 if not isinstance(row, dict):
                     raise _Skip("not a JSON object")
-                records.append(parse(row, line_no))
+                record = parse(row, line_no)
+                records.append((row, record) if with_rows else record)
             except _Skip as e:
                 stats.skip(line_no, str(e))
     stats.kept = len(records)
@@ -158,34 +175,40 @@ def _default_prefix(name: str, path: str) -> str:
 
 
 def load_gsm8k_jsonl(path: str | os.PathLike, *, id_prefix: str | None = None,
-                     keep_calculator: bool = False) -> tuple[list[Record], SkipStats]:
-    """GSM8K rows ``{"question", "answer"}``; reference = text after the last ``####``.
+                     keep_calculator: bool = False,
+                     with_rows: bool = False) -> tuple[list, SkipStats]:
+    """GSM8K rows ``{"question", "answer", "id"?, "rephrased"?}``; reference = text after the last
+    ``####``.
 
     The solution is the full ``answer`` with ``<<...>>`` calculator annotations removed unless
-    ``keep_calculator``. Ids are ``gsm8k-<file stem>-<line>`` unless ``id_prefix`` is given.
+    ``keep_calculator``. Ids are the row's ``id``, else ``gsm8k-<file stem>-<line>`` (or
+    ``<id_prefix>-<line>``). ``with_rows`` returns ``(raw row, record)`` pairs instead of records.
     """
     path = os.fspath(path)
     prefix = id_prefix or _default_prefix("gsm8k", path)
-    return _read_jsonl(path, lambda row, i: _gsm8k_row(row, i, prefix, keep_calculator))
+    return _read_jsonl(path, lambda row, i: _gsm8k_row(row, i, prefix, keep_calculator),
+                       with_rows=with_rows)
 
 
-def load_math_jsonl(path: str | os.PathLike, *,
-                    id_prefix: str | None = None) -> tuple[list[Record], SkipStats]:
-    """MATH rows ``{"problem", "solution", "answer"?, "unique_id"?}``.
+def load_math_jsonl(path: str | os.PathLike, *, id_prefix: str | None = None,
+                    with_rows: bool = False) -> tuple[list, SkipStats]:
+    """MATH rows ``{"problem", "solution", "answer"?, "unique_id"?, "id"?, "rephrased"?}``.
 
     Reference = ``answer`` if present, else the last ``\\boxed{}`` of ``solution``. The id is
-    ``unique_id`` when present (PRM800K files), else ``math-<file stem>-<line>``.
+    ``unique_id`` when present (PRM800K files), else ``id``, else ``math-<file stem>-<line>``.
+    ``with_rows`` returns ``(raw row, record)`` pairs instead of records.
     """
     path = os.fspath(path)
     prefix = id_prefix or _default_prefix("math", path)
-    return _read_jsonl(path, lambda row, i: _math_row(row, i, prefix))
+    return _read_jsonl(path, lambda row, i: _math_row(row, i, prefix), with_rows=with_rows)
 
 
-_FILE_DATASETS: dict[str, tuple[Callable[..., tuple[list[Record], SkipStats]], tuple[str, ...]]] = {
+_FILE_DATASETS: dict[str, tuple[Callable[..., tuple[list, SkipStats]], tuple[str, ...]]] = {
     "gsm8k": (load_gsm8k_jsonl, ("train", "test")),
     "math500": (load_math_jsonl, ("test",)),
     "math": (load_math_jsonl, ("train", "test")),
 }
+FILE_SPLITS = {name: splits for name, (_, splits) in _FILE_DATASETS.items()}
 
 
 def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) -> str:
@@ -196,6 +219,44 @@ def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) ->
         if os.path.isfile(path):
             return path
     raise FileNotFoundError(f"no {dataset} '{split}' file; tried {candidates}")
+
+
+def _split_reader(dataset: str, split: str, data_dir: str | os.PathLike | None
+                  ) -> tuple[Callable[..., tuple[list, SkipStats]], str]:
+    """The reader and the file of a file dataset's split (split and data_dir checked)."""
+    reader, splits = _FILE_DATASETS[dataset]
+    if split not in splits:
+        raise ValueError(f"split for {dataset!r} must be one of {splits}, got {split!r}")
+    if data_dir is None:
+        raise ValueError(f"data_dir is required for dataset {dataset!r} (a folder holding "
+                         f"{[s + '.jsonl' for s in splits]})")
+    return reader, resolve_split_file(dataset, split, data_dir)
+
+
+def read_split_rows(dataset: str, split: str, data_dir: str | os.PathLike
+                    ) -> tuple[str, list[tuple[dict, Record]], SkipStats]:
+    """``(path, [(raw JSON row, record)], stats)`` of a file dataset's split: the raw rows keep every
+    field of the file (for tools that write an augmented copy), malformed rows are skipped."""
+    if dataset not in _FILE_DATASETS:
+        raise ValueError(f"dataset must be one of {list(_FILE_DATASETS)}, got {dataset!r}")
+    reader, path = _split_reader(dataset, split, data_dir)
+    pairs, stats = reader(path, id_prefix=f"{dataset}-{split}", with_rows=True)
+    return path, pairs, stats
+
+
+def check_rephrased(records: list[Record], dataset: str, field: str = "rephrased",
+                    data_dir: str | os.PathLike | None = None) -> None:
+    """Co-rewarding-I's second view: every record needs a non-empty ``field`` string; else a
+    ValueError naming the dataset, the field and how to write one (``coop-rephrase``)."""
+    missing = [r.get("id") for r in records
+               if not (isinstance(r.get(field), str) and r[field].strip())]
+    if missing:
+        where = f" in {os.fspath(data_dir)!r}" if data_dir else ""
+        raise ValueError(
+            f"reward.type='corewarding_1' needs a non-empty {field!r} field (the rephrased "
+            f"question) on every training record, but {len(missing)} of {len(records)} records of "
+            f"dataset {dataset!r}{where} have none (e.g. {missing[:3]}); write a copy with one "
+            f"using coop-rephrase and point data.data_dir at it")
 
 
 def load_split(dataset: str, split: str, *, data_dir: str | os.PathLike | None = None,
@@ -222,13 +283,7 @@ def load_split(dataset: str, split: str, *, data_dir: str | os.PathLike | None =
     if synthetic is not None:
         raise ValueError(f"synthetic config given for dataset {dataset!r}; it only applies to "
                          "'synthetic'")
-    reader, splits = _FILE_DATASETS[dataset]
-    if split not in splits:
-        raise ValueError(f"split for {dataset!r} must be one of {splits}, got {split!r}")
-    if data_dir is None:
-        raise ValueError(f"data_dir is required for dataset {dataset!r} (a folder holding "
-                         f"{[s + '.jsonl' for s in splits]})")
-    path = resolve_split_file(dataset, split, data_dir)
+    reader, path = _split_reader(dataset, split, data_dir)
     records, stats = reader(path, id_prefix=f"{dataset}-{split}")
     if not records:
         raise ValueError(f"{path}: no valid rows ({stats.rows} rows, skipped {stats.skipped})")
