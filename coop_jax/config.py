@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import ml_collections
 
+from coop_jax import cooper, rl
 from coop_jax.models.config import DTYPES, ModelConfig
 
 REWARD_TYPES = ("rule", "static_rm", "cooper", "majority_vote", "corewarding_1", "corewarding_2",
                 "hybrid")
 RM_REWARD_TYPES = ("static_rm", "cooper", "hybrid")
-NEGATIVE_STRATEGIES = ("rewrite", "rollout", "perturb")
 DATASETS = ("synthetic", "gsm8k", "math500", "math")
 PROMPT_TEMPLATES = ("synthetic", "gsm8k", "boxed", "raw")
 SCHEDULES = ("constant", "cosine")
@@ -114,8 +114,6 @@ def _validate_model(section, field):
 
 def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> None:
     """Raise ValueError naming the first impossible field."""
-    from coop_jax import rl
-
     _validate_model(c.model, "model")
     _one_of(c.reward.type, REWARD_TYPES, "reward.type")
     if c.reward.type in RM_REWARD_TYPES:
@@ -149,11 +147,13 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
                          f"prompts_per_step * group_size ({rows})")
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
-    _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
-    if c.reward.type == "cooper" and c.cooper.negative == "rewrite" and not (
-            c.cooper.assistant_hf_path or c.cooper.assistant_url):
-        raise ValueError("config.cooper.negative='rewrite' needs cooper.assistant_hf_path or "
-                         "cooper.assistant_url (or choose 'rollout' / 'perturb')")
+    _one_of(c.cooper.negative, tuple(cooper.NEGATIVE_STRATEGIES), "cooper.negative")
+    if (c.reward.type == "cooper" and cooper.NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
+            and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
+        others = [n for n, s in cooper.NEGATIVE_STRATEGIES.items() if not s.needs_assistant]
+        raise ValueError(f"config.cooper.negative={c.cooper.negative!r} needs "
+                         f"cooper.assistant_hf_path or cooper.assistant_url (or choose one of "
+                         f"{others})")
     _positive(c.verifier.num_workers, "verifier.num_workers")
     _positive(c.verifier.timeout_s, "verifier.timeout_s")
     _one_of(c.train.nan_policy, NAN_POLICIES, "train.nan_policy")

@@ -2,16 +2,20 @@
 Co-rewarding-II.
 
 Positive = the FIRST rollout of a group the rule verifier marks correct (no such rollout: the
-pair is masked). Negative, by `cooper.negative`:
+pair is masked). Negative, by `cooper.negative` (the NEGATIVE_STRATEGIES registry; a new strategy
+is one function under `@register_negative(name)`):
   rewrite  - an assistant model rewrites the positive into a plausible wrong solution
-             (temperature 0.7, max_tokens = words(pos) + 500, <= 3 tries);
+             (temperature 0.7, max_tokens = words(pos) + 500, <= cooper.rewrite_tries tries);
   rollout  - the first rule-incorrect rollout of the same group (on-policy, free);
-  perturb  - the positive with its final answer replaced by a different value.
-A rewritten or perturbed negative is kept only if it has a final answer and the rule verifier says
-that answer is NOT equivalent to the positive's.
+  perturb  - the positive with its final answer replaced by a different value (an ablation);
+  consistent_wrong - the positive with one early slip carried through to a wrong final answer
+             (synthetic task; the offline stand-in for rewrite).
+A verified strategy's negative (rewrite, perturb) is kept only if it has a final answer and the
+rule verifier says that answer is NOT equivalent to the positive's. See docs/ALGORITHMS.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,6 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from coop_jax.data.synthetic import consistent_wrong_solution
+from coop_jax.rl._registry import lookup
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
 
 REWRITE_SYSTEM_PROMPT = (
@@ -61,6 +67,86 @@ def perturb_text(text: str, answer: str, rng: np.random.Generator) -> str | None
     return text[:at] + perturb_answer(answer, rng) + text[at + len(answer):]
 
 
+@dataclasses.dataclass(frozen=True)
+class PairRequest:
+    """One prompt that has a positive: what a strategy may build its negative from."""
+    question: str
+    reference: str
+    positive: str
+    answer: str | None           # the positive's extracted final answer
+    group: Sequence[str]         # every rollout of the prompt, in order
+    labels: Sequence[float]      # their rule labels
+
+
+# candidates(requests, rng=..., rewriter=...) -> one negative text (or None) per request
+CandidateFn = Callable[..., list]
+
+
+@dataclasses.dataclass(frozen=True)
+class NegativeStrategy:
+    """A `cooper.negative` option.
+
+    `verified`: candidates pass the shared keep-if-wrong check (a final answer that the rule
+    verifier does NOT find equivalent to the positive's), so the positive needs an extracted
+    answer. `retries`: failed prompts are asked again, up to `cooper.rewrite_tries` times.
+    `needs_assistant`: the run must configure an assistant model (`make_rewriter`).
+    """
+    name: str
+    candidates: CandidateFn
+    verified: bool = True
+    retries: bool = False
+    needs_assistant: bool = False
+
+
+NEGATIVE_STRATEGIES: dict[str, NegativeStrategy] = {}
+
+
+def register_negative(name: str, *, verified: bool = True, retries: bool = False,
+                      needs_assistant: bool = False) -> Callable[[CandidateFn], CandidateFn]:
+    """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name`."""
+    def register(fn: CandidateFn) -> CandidateFn:
+        if name in NEGATIVE_STRATEGIES:
+            raise ValueError(f"negative strategy {name!r} is already registered")
+        NEGATIVE_STRATEGIES[name] = NegativeStrategy(name, fn, verified, retries, needs_assistant)
+        return fn
+    return register
+
+
+def negative_strategy(name: str) -> NegativeStrategy:
+    return lookup(NEGATIVE_STRATEGIES, name, "cooper.negative")
+
+
+@register_negative("rewrite", retries=True, needs_assistant=True)
+def _rewrite_candidates(requests, *, rng, rewriter):
+    """An assistant model rewrites the positive into a plausible wrong solution."""
+    del rng
+    return rewriter([(r.question, r.positive) for r in requests])
+
+
+@register_negative("rollout", verified=False)
+def _rollout_candidates(requests, *, rng, rewriter):
+    """The first rule-incorrect rollout of the same group (on-policy, free)."""
+    del rng, rewriter
+    return [next((t for t, lab in zip(r.group, r.labels) if lab <= 0.5), None) for r in requests]
+
+
+@register_negative("perturb")
+def _perturb_candidates(requests, *, rng, rewriter):
+    """The positive with its final answer replaced by a different value (an ablation: an RM can
+    learn "final answer != last computed value" without reading the reference)."""
+    del rewriter
+    return [perturb_text(r.positive, r.answer, rng) for r in requests]
+
+
+@register_negative("consistent_wrong")
+def _consistent_wrong_candidates(requests, *, rng, rewriter):
+    """Offline stand-in for `rewrite` on the synthetic task: one early slip (a misread operand
+    or an arithmetic slip) carried consistently through every later step to a wrong final
+    answer, so only the question or the reference exposes it (coop_jax.data.synthetic)."""
+    del rewriter
+    return [consistent_wrong_solution(r.question, r.positive, rng) for r in requests]
+
+
 def _wrong_and_answered(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
                         ) -> list[bool]:
     """Keep a candidate only if it has a final answer not equivalent to the positive's."""
@@ -80,9 +166,12 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
                 extracted: Sequence[str | None], group_size: int, *, verifier,
                 rewriter: Callable | None = None, rng: np.random.Generator | None = None,
                 tries: int = 3) -> tuple[list[tuple[str, str] | None], dict]:
-    """At most one (positive text, negative text) per prompt; None where the pair is masked."""
-    if strategy not in ("rewrite", "rollout", "perturb"):
-        raise ValueError(f"cooper.negative must be rewrite, rollout or perturb, got {strategy!r}")
+    """At most one (positive text, negative text) per prompt; None where the pair is masked.
+
+    Positive = the first rule-correct rollout of the group; the negative comes from the
+    strategy's candidate function, then (for verified strategies) the keep-if-wrong loop.
+    """
+    spec = negative_strategy(strategy)
     rng = rng or np.random.default_rng(0)
     n = len(records)
     pos_idx = []
@@ -92,35 +181,29 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
     pairs: list[tuple[str, str] | None] = [None] * n
     stats = {"pairs/no_positive": sum(i is None for i in pos_idx), "pairs/no_negative": 0,
              "pairs/negative_not_wrong": 0}
-    with_pos = [p for p in range(n) if pos_idx[p] is not None]
-    if strategy == "rollout":
-        for p in with_pos:
-            rows = range(p * group_size, (p + 1) * group_size)
-            neg = next((r for r in rows if labels[r] <= 0.5), None)
-            if neg is None:
-                stats["pairs/no_negative"] += 1
-            else:
-                pairs[p] = (texts[pos_idx[p]], texts[neg])
-    else:
-        pending = {p: extracted[pos_idx[p]] for p in with_pos}
-        for p, ans in list(pending.items()):
-            if not ans:  # the verifier accepted it, but no answer string to anchor a negative on
-                stats["pairs/no_negative"] += 1
-                del pending[p]
-        for _ in range(tries if strategy == "rewrite" else 1):
-            if not pending:
-                break
-            order = list(pending)
-            if strategy == "perturb":
-                cands = [perturb_text(texts[pos_idx[p]], pending[p], rng) for p in order]
-            else:
-                cands = rewriter([(records[p]["question"], texts[pos_idx[p]]) for p in order])
-            keep = _wrong_and_answered(verifier, [pending[p] for p in order], cands)
-            for p, c, k in zip(order, cands, keep):
-                if k:
-                    pairs[p] = (texts[pos_idx[p]], c)
-                    del pending[p]
-        stats["pairs/negative_not_wrong"] = len(pending)
+    requests = {}
+    for p in range(n):
+        if pos_idx[p] is None:
+            continue
+        answer = extracted[pos_idx[p]]
+        if spec.verified and not answer:
+            # the verifier accepted it, but there is no answer string to anchor a negative on
+            stats["pairs/no_negative"] += 1
+            continue
+        rows = slice(p * group_size, (p + 1) * group_size)
+        requests[p] = PairRequest(records[p]["question"], records[p]["reference"],
+                                  texts[pos_idx[p]], answer, texts[rows], labels[rows])
+    for _ in range(tries if spec.retries else 1):
+        if not requests:
+            break
+        order = list(requests)
+        cands = spec.candidates([requests[p] for p in order], rng=rng, rewriter=rewriter)
+        keep = (_wrong_and_answered(verifier, [requests[p].answer for p in order], cands)
+                if spec.verified else [c is not None for c in cands])
+        for p, c, k in zip(order, cands, keep):
+            if k:
+                pairs[p] = (requests.pop(p).positive, c)
+    stats["pairs/negative_not_wrong" if spec.verified else "pairs/no_negative"] += len(requests)
     stats["pairs/valid"] = sum(pair is not None for pair in pairs)
     return pairs, stats
 
@@ -141,36 +224,68 @@ def tokenize_pairs(tokenizer, records: Sequence[dict], pairs: Sequence[tuple[str
 
 
 # ---------------------------------------------------------------------- assistants for "rewrite"
-def http_rewriter(url: str, model: str, temperature: float = 0.7, timeout_s: float = 120.0):
-    """An OpenAI-compatible chat-completions endpoint (`url` is the server root or /v1)."""
-    endpoint = url.rstrip("/")
-    if not endpoint.endswith("/chat/completions"):
-        endpoint = (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
+def rewrite_messages(question: str, positive: str) -> list[dict]:
+    return [{"role": "system", "content": REWRITE_SYSTEM_PROMPT},
+            {"role": "user", "content": rewrite_user_message(question, positive)}]
 
-    def rewrite(items: Sequence[tuple[str, str]]) -> list[str | None]:
+
+def chat_completions_url(url: str) -> str:
+    """`url` (the server root, /v1, or the full path) as the chat-completions endpoint."""
+    endpoint = url.rstrip("/")
+    if endpoint.endswith("/chat/completions"):
+        return endpoint
+    return (endpoint if endpoint.endswith("/v1") else endpoint + "/v1") + "/chat/completions"
+
+
+def http_chat(url: str, model: str, temperature: float = 0.7, timeout_s: float = 120.0,
+              top_p: float = 1.0, drop_truncated: bool = False):
+    """An OpenAI-compatible chat-completions endpoint: `chat([(messages, max_tokens), ...])` gives
+    one reply per request, None where the request failed (or, with `drop_truncated`, where the
+    reply stopped at max_tokens)."""
+    endpoint = chat_completions_url(url)
+
+    def chat(requests: Sequence[tuple[list[dict], int]]) -> list[str | None]:
         out = []
-        for question, positive in items:
-            body = {"model": model, "temperature": temperature,
-                    "max_tokens": len(positive.split()) + 500,
-                    "messages": [{"role": "system", "content": REWRITE_SYSTEM_PROMPT},
-                                 {"role": "user", "content": rewrite_user_message(question,
-                                                                                  positive)}]}
+        for messages, max_tokens in requests:
+            body = {"model": model, "temperature": temperature, "max_tokens": max_tokens,
+                    "messages": messages}
+            if top_p < 1.0:
+                body["top_p"] = top_p
             request = urllib.request.Request(endpoint, data=json.dumps(body).encode(),
                                              headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                    reply = json.load(response)
-                out.append(reply["choices"][0]["message"]["content"])
-            except (OSError, KeyError, IndexError, ValueError):
-                out.append(None)  # counted as a failed try
+                    choice = json.load(response)["choices"][0]
+                text = choice["message"]["content"]
+                if drop_truncated and choice.get("finish_reason") == "length":
+                    text = None
+                out.append(text)
+            except (OSError, KeyError, IndexError, TypeError, ValueError):
+                out.append(None)
         return out
 
-    return rewrite
+    return chat
 
 
-def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
-                   temperature: float = 0.7, seed: int = 0):
-    """Any local HF causal LM, sampled with coop_jax's sampler."""
+def http_rewriter(url: str, model: str, temperature: float = 0.7, timeout_s: float = 120.0):
+    """The "rewrite" assistant behind an OpenAI-compatible endpoint (`url`: server root or /v1);
+    a failed request yields None (counted as a failed try)."""
+    chat = http_chat(url, model, temperature, timeout_s)
+    return lambda items: chat([(rewrite_messages(q, p), len(p.split()) + 500) for q, p in items])
+
+
+def chat_prompt(tokenizer, messages: list[dict]) -> str:
+    """The tokenizer's chat template with a generation prompt; without one, the contents joined."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(m["content"] for m in messages) + "\n"
+
+
+def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
+               temperature: float = 0.7, seed: int = 0, top_p: float = 1.0,
+               drop_truncated: bool = False):
+    """Any local HF causal LM, sampled with coop_jax's sampler: `chat([messages, ...])` gives one
+    reply per conversation (None where `drop_truncated` and no stop token came)."""
     import jax
 
     from coop_jax import data, hf, sampling
@@ -181,29 +296,31 @@ def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     tokenizer = lm.tokenizer()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scfg = sampling.SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
-                                   pad_id=pad, temperature=temperature,
+                                   pad_id=pad, temperature=temperature, top_p=top_p,
                                    valid_vocab=min(len(tokenizer), lm.config.vocab_size))
     sample = sampling.make(lm.config, scfg)
     calls = {"n": 0}
 
-    def prompt(question, positive):
-        user = rewrite_user_message(question, positive)
-        if getattr(tokenizer, "chat_template", None):
-            return tokenizer.apply_chat_template(
-                [{"role": "system", "content": REWRITE_SYSTEM_PROMPT},
-                 {"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
-        return f"{REWRITE_SYSTEM_PROMPT}\n\n{user}\n"
-
-    def rewrite(items: Sequence[tuple[str, str]]) -> list[str | None]:
-        if not items:
+    def chat(conversations: Sequence[list[dict]]) -> list[str | None]:
+        if not conversations:
             return []
-        ids, mask = data.tokenize_prompts(tokenizer, [prompt(q, p) for q, p in items],
-                                          max_prompt_len)
+        ids, mask = data.tokenize_prompts(tokenizer, [chat_prompt(tokenizer, m)
+                                                      for m in conversations], max_prompt_len)
         calls["n"] += 1
         out = sample(lm.params, ids, mask, jax.random.key(seed * 100003 + calls["n"]))
-        return sampling.decode_texts(tokenizer, out)
+        texts = sampling.decode_texts(tokenizer, out)
+        if drop_truncated:
+            texts = [None if t else x for x, t in zip(texts, np.asarray(out.truncated))]
+        return texts
 
-    return rewrite
+    return chat
+
+
+def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
+                   temperature: float = 0.7, seed: int = 0):
+    """The "rewrite" assistant as a local HF causal LM sampled with coop_jax's sampler."""
+    chat = local_chat(hf_path, max_prompt_len, max_new_tokens, temperature, seed)
+    return lambda items: chat([rewrite_messages(q, p) for q, p in items])
 
 
 def make_rewriter(config, mesh=None):

@@ -180,3 +180,29 @@ def test_local_rewriter_with_a_tiny_hf_model(tmp_path):
     again = rewrite([("3+4", "3+4=7. #### 7"), ("5+5", "5+5=10. #### 10")])
     assert len(again) == 2  # same shapes: no recompilation needed, fresh key per call
     assert rewrite([]) == []
+
+
+def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifier, labelled):
+    labels, extracted = labelled
+    calls = []
+
+    @cooper.register_negative("_test_echo", retries=True)
+    def echo(requests, *, rng, rewriter):
+        calls.append(len(requests))
+        # first try: the positive itself (verified correct, so rejected); then a wrong answer
+        return [r.positive if len(calls) == 1 else "#### 999" for r in requests]
+
+    try:
+        pairs, stats = cooper.build_pairs("_test_echo", RECORDS, TEXTS, labels, extracted, G,
+                                          verifier=verifier, tries=2)
+        assert calls == [3, 3]
+        assert [p is not None for p in pairs] == [True, False, True, True]
+        assert stats["pairs/valid"] == 3 and stats["pairs/negative_not_wrong"] == 0
+        calls.clear()
+        pairs, stats = cooper.build_pairs("_test_echo", RECORDS, TEXTS, labels, extracted, G,
+                                          verifier=verifier, tries=1)
+        assert stats["pairs/negative_not_wrong"] == 3 and stats["pairs/valid"] == 0
+    finally:
+        del cooper.NEGATIVE_STRATEGIES["_test_echo"]
+    with pytest.raises(ValueError, match="cooper.negative='nope' is not one of"):
+        cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)
