@@ -1,5 +1,9 @@
-"""Reward-hacking experiment on the synthetic task (CPU, <= 45 min on 2 cores):
-rule vs static RM vs Cooper, same SFT start, 3 seeds. See coop_jax/experiments/reward_hacking.py.
+"""Reward-hacking experiment on the synthetic task (CPU, 2 cores): rule vs static RM vs Cooper
+with rollout / consistent_wrong / perturb negatives, one SFT start, one static RM, 3 seeds.
+See coop_jax/experiments/reward_hacking.py.
+
+    python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
+        [--config.experiment.methods=rule,cooper_consistent_wrong --config.experiment.seeds=0]
 """
 import importlib.util
 import os
@@ -18,11 +22,13 @@ def default_config():
 def get_config():
     c = default_config()
     c.reward_model.update(c.model.to_dict())  # same tiny architecture, its own weights
-    c.cooper.update(negative="perturb", learning_rate=1e-4, warmup_ratio=0.0, max_len=128,
-                    heldout_every=10)
+    c.cooper.update(negative="rollout", learning_rate=1e-4, warmup_ratio=0.0,
+                    max_len=128, heldout_every=10)
     c.train.update(steps=60, eval_every=10, checkpoint_every=30)
     c.experiment = ml_collections.ConfigDict(dict(
-        methods=("rule", "static_rm", "cooper"), seeds=(0, 1, 2), triple_questions=384,
-        samples_per_question=4, heldout_fraction=0.25, rm_epochs=4, rm_learning_rate=1e-3,
-        rm_batch_size=32))
+        # comma-separated, so one arm / one seed can be rerun alone from the command line
+        methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,cooper_perturb",
+        seeds="0,1,2",
+        rm_questions=1600, samples_per_question=4, heldout_fraction=0.15,
+        rm_epochs=4, rm_learning_rate=1e-3, rm_batch_size=32, rm_warmup_ratio=0.0))
     return c

@@ -150,9 +150,10 @@ def _curve(rows_of_runs: list[list[dict]], key: str):
 
 
 def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
-                groups: dict[str, str] | None = None) -> list[str]:
-    """One subplot per metric of CURVES that any run logged; one line per group (the mean over
-    its runs, with a shaded 95% band where at least two runs logged the step).
+                groups: dict[str, str] | None = None,
+                curves: tuple[tuple[str, str], ...] = CURVES) -> list[str]:
+    """One subplot per (key, title) of `curves` that any run logged; one line per group (the
+    mean over its runs, with a shaded 95% band where at least two runs logged the step).
 
     ``groups`` maps run name -> group label (default: every run is its own group). Returns the
     metric keys plotted; writes nothing when there are none.
@@ -165,12 +166,12 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
     missing = set(metrics_rows_by_run) - set(groups)
     if missing:
         raise ValueError(f"groups has no label for runs {sorted(missing)}")
-    present = [(k, t) for k, t in CURVES
+    present = [(k, t) for k, t in curves
                if any(math.isfinite(_number(r.get(k)))
                       for rows in metrics_rows_by_run.values() for r in rows)]
     if not present:
         logger.warning("no plottable metrics (%s); %s not written",
-                       ", ".join(k for k, _ in CURVES), out_png)
+                       ", ".join(k for k, _ in curves), out_png)
         return []
     members: dict[str, list[list[dict]]] = {}
     for run, rows in metrics_rows_by_run.items():

@@ -1,15 +1,20 @@
-"""The reward-hacking experiment: rule vs static RM vs Cooper from one SFT start, several seeds.
+"""The reward-hacking experiment: rule vs static RM vs Cooper (three negative strategies), all from
+one SFT policy and one static RM, several seeds.
 
-    python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR
+    python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
+        [--config.experiment.methods=cooper_consistent_wrong --config.experiment.seeds=0]
 
 1. SFT warm start once -> DIR/sft_policy (an HF folder every run starts from).
-2. Triples from that initial policy (rule-labelled samples on training questions), split into
-   train / held-out; a real static RM is trained on them -> DIR/static_rm.
-3. For every method x seed: `coop-train` from the SFT policy (static_rm and cooper start from the
-   trained RM; cooper keeps training it on rule-labelled pairs) -> DIR/runs/<method>_s<seed>.
-4. `coop-report` over the runs -> DIR/report.md (final held-out accuracy, mean +- 95% CI) and
-   DIR/curves.png (held-out rule accuracy, proxy reward, RM agreement ... vs step, one line per
-   method).
+2. Triples sampled from that initial policy on training questions, rule-labelled, split by
+   question into train / held-out. The held-out set also gets one `consistent_wrong_solution`
+   rewrite of a correct sample per question, so it holds consistent-but-wrong solutions next to
+   the policy's own (mostly off-by-one) errors. It is the fixed set every run scores its RM on
+   -> DIR/static_rm/{train,heldout}_triples.jsonl, triples_stats.json.
+3. The static RM, trained on the training triples only (initial-policy samples) -> DIR/static_rm
+   (rm_summary.json with heldout_accuracy, heldout_auc and per-kind accuracy; the learning curve).
+4. Every arm x seed: `coop-train` from the SFT policy; RM arms start from the static RM ->
+   DIR/runs/<arm>_s<seed>. Arms differ only in reward source and Cooper's negative strategy.
+5. DIR/report.md, report.json, curves.png (hacking_report.py).
 """
 from __future__ import annotations
 
@@ -18,13 +23,24 @@ import logging
 import os
 
 import jax
+import numpy as np
 
 from coop_jax import hf, parallel, sft, train, train_rm
 from coop_jax import config as config_lib
+from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.verify import RuleVerifier
 
 log = logging.getLogger("coop_jax")
+
+# arm -> (reward.type, cooper.negative); everything else is shared by all arms.
+ARMS = {
+    "rule": ("rule", None),
+    "static_rm": ("static_rm", None),
+    "cooper_rollout": ("cooper", "rollout"),
+    "cooper_consistent_wrong": ("cooper", "consistent_wrong"),
+    "cooper_perturb": ("cooper", "perturb"),
+}
 
 
 def sft_policy(config, out_dir: str) -> str:
@@ -42,63 +58,160 @@ def sft_policy(config, out_dir: str) -> str:
     return out_dir
 
 
-def static_rm(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
-    """Train the static RM on triples sampled from the initial policy; returns (rm dir,
-    held-out triples file)."""
-    heldout_path = os.path.join(out_dir, "heldout_triples.jsonl")
-    if os.path.exists(os.path.join(out_dir, "rm_summary.json")):
-        return out_dir, heldout_path
+def _kinds(triples) -> dict:
+    kinds = [solution_error_kind(t["question"], t["reference"], t["completion"]) for t in triples]
+    return {k: kinds.count(k) for k in dict.fromkeys(sorted(kinds))}
+
+
+def consistent_wrong_triples(triples: list[dict], verifier, seed: int) -> list[dict]:
+    """One consistent-but-wrong rewrite of the first correct completion of each question,
+    labelled by the rule verifier (a rewrite that still verifies is dropped)."""
+    rng = np.random.default_rng([seed, 7])
+    firsts = {}
+    for t in triples:
+        if t["label"] and t["question"] not in firsts:
+            firsts[t["question"]] = t
+    made = []
+    for t in firsts.values():
+        wrong = consistent_wrong_solution(t["question"], t["completion"], rng)
+        if wrong is not None:
+            made.append({"question": t["question"], "reference": t["reference"],
+                         "completion": wrong, "label": False})
+    results = verifier.verify_batch_detailed([t["reference"] for t in made],
+                                             [t["completion"] for t in made])
+    return [t for t, r in zip(made, results) if not r.correct and not r.timed_out]
+
+
+def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
+    """(train, held-out) triple files, sampled from the initial policy (see the module doc)."""
+    paths = (os.path.join(out_dir, "train_triples.jsonl"),
+             os.path.join(out_dir, "heldout_triples.jsonl"))
+    if all(os.path.exists(p) for p in paths):
+        return paths
     e = config.experiment
     lm = hf.load(policy_dir)
     tokenizer = lm.tokenizer()
     records, _, _ = train.load_records(config)
     with RuleVerifier(config.verifier.num_workers, config.verifier.timeout_s) as verifier:
         triples, stats = train_rm.build_triples(
-            lm.params, lm.config, tokenizer, records[:e.triple_questions], verifier=verifier,
+            lm.params, lm.config, tokenizer, records[:e.rm_questions], verifier=verifier,
             template=config.data.prompt_template, samples_per_question=e.samples_per_question,
             temperature=config.rollout.temperature, max_prompt_len=config.data.max_prompt_len,
             max_new_tokens=config.rollout.max_new_tokens, seed=config.seed)
+        train_set, heldout = train_rm.split_triples(triples, e.heldout_fraction, config.seed)
+        rewrites = consistent_wrong_triples(heldout, verifier, config.seed)
+    heldout = heldout + rewrites
+    stats |= {"train": train_rm.label_balance(train_set) | {"kinds": _kinds(train_set)},
+              "heldout": train_rm.label_balance(heldout) | {"kinds": _kinds(heldout)},
+              "heldout_consistent_wrong_rewrites": len(rewrites)}
     log.info("RM triples: %s", json.dumps(stats))
-    train_set, heldout = train_rm.split_triples(triples, e.heldout_fraction, config.seed)
     os.makedirs(out_dir, exist_ok=True)
-    train_rm.write_triples(os.path.join(out_dir, "train_triples.jsonl"), train_set)
-    train_rm.write_triples(heldout_path, heldout)
-    options = train_rm.RMTrainOptions(epochs=e.rm_epochs, learning_rate=e.rm_learning_rate,
-                                      batch_size=e.rm_batch_size, max_len=config.cooper.max_len,
-                                      weight_decay=0.01, seed=config.seed)
-    summary = train_rm.train_reward_model(config, train_set, out_dir, heldout_triples=heldout,
-                                          options=options)
+    train_rm.write_triples(paths[0], train_set)
+    train_rm.write_triples(paths[1], heldout)
+    with open(os.path.join(out_dir, "triples_stats.json"), "w") as fh:
+        json.dump(stats, fh, indent=2)
+    return paths
+
+
+def rm_options(config) -> train_rm.RMTrainOptions:
+    e = config.experiment
+    return train_rm.RMTrainOptions(
+        epochs=e.rm_epochs, learning_rate=e.rm_learning_rate, batch_size=e.rm_batch_size,
+        max_len=config.cooper.max_len, weight_decay=0.01, warmup_ratio=e.rm_warmup_ratio,
+        log_every=10, seed=config.seed)
+
+
+def heldout_by_kind(rm_dir: str, heldout: list[dict], max_len: int) -> dict:
+    """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...)."""
+    from coop_jax import checkpoint
+    from coop_jax.eval.evaluate import evaluate_reward_model
+
+    cfg, params, meta = checkpoint.load_model(rm_dir, "rm")
+    tokenizer = load_tokenizer(meta.get("rm_tokenizer") or None)
+    _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, max_len=max_len)
+    out: dict[str, dict] = {}
+    for t, row in zip(heldout, rows):
+        kind = solution_error_kind(t["question"], t["reference"], t["completion"])
+        out.setdefault(kind, []).append(row["correct"])
+    return {k: {"n": len(v), "accuracy": float(np.mean(v))} for k, v in sorted(out.items())}
+
+
+def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
+    """Train the static RM on the initial-policy triples; its summary (also rm_summary.json)."""
+    summary_path = os.path.join(out_dir, "rm_summary.json")
+    if os.path.exists(summary_path):
+        with open(summary_path) as fh:
+            return json.load(fh)
+    heldout = train_rm.read_triples(heldout_path)
+    summary = train_rm.train_reward_model(config, train_rm.read_triples(train_path), out_dir,
+                                          heldout_triples=heldout, options=rm_options(config))
+    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, config.cooper.max_len)
+    with open(summary_path, "w") as fh:
+        json.dump(summary, fh, indent=2)
+    from coop_jax.experiments.hacking_report import plot_rm_learning_curve
+    plot_rm_learning_curve(out_dir, config.experiment.rm_batch_size)
     log.info("static RM: %s", json.dumps(summary))
-    return out_dir, heldout_path
+    return summary
 
 
-def run_config(config, method: str, seed: int, policy_dir: str, rm_dir: str, heldout: str):
+def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldout: str):
+    if arm not in ARMS:
+        raise ValueError(f"config.experiment.methods: unknown arm {arm!r}; one of {list(ARMS)}")
+    reward_type, negative = ARMS[arm]
     c = config.copy_and_resolve_references()
     c.seed = seed
-    c.reward.type = method
+    c.reward.type = reward_type
+    if negative:
+        c.cooper.negative = negative
     c.model.hf_path = policy_dir
     c.sft.steps = 0
-    if method in config_lib.RM_REWARD_TYPES:
+    if reward_type in config_lib.RM_REWARD_TYPES:
         c.cooper.rm_checkpoint = rm_dir
         c.cooper.heldout_triples = heldout
     return c
 
 
-def main(config, workdir: str) -> dict:
+def _seeds(value) -> list[int]:
+    """`--config.experiment.seeds=0` arrives as an int, `=0,2` or `=(0, 2)` as a tuple or text."""
+    if isinstance(value, (int, np.integer)):
+        return [int(value)]
+    if isinstance(value, str):
+        return [int(s) for s in value.replace("(", "").replace(")", "").split(",") if s.strip()]
+    return [int(s) for s in value]
+
+
+def _methods(value) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
+    for n in names:
+        if n not in ARMS:
+            raise ValueError(f"config.experiment.methods: unknown arm {n!r}; one of {list(ARMS)}")
+    return names
+
+
+def main(config, workdir: str, command: str | None = None) -> dict:
     e = config.experiment
+    methods, seeds = _methods(e.methods), _seeds(e.seeds)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
-    rm_dir, heldout = static_rm(config, policy_dir, os.path.join(workdir, "static_rm"))
+    rm_dir = os.path.join(workdir, "static_rm")
+    train_path, heldout_path = rm_triples(config, policy_dir, rm_dir)
+    if any(ARMS[m][0] in config_lib.RM_REWARD_TYPES for m in methods):
+        static_rm(config, train_path, heldout_path, rm_dir)
     run_dirs = []
-    for method in e.methods:
-        for seed in e.seeds:
-            run_dir = os.path.join(workdir, "runs", f"{method}_s{seed}")
+    for arm in methods:
+        for seed in seeds:
+            run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
             run_dirs.append(run_dir)
             if os.path.exists(os.path.join(run_dir, "summary.json")):
                 continue
-            log.info("run %s seed %d", method, seed)
-            train.train(run_config(config, method, seed, policy_dir, rm_dir, heldout), run_dir)
-    from coop_jax.eval.report import write_report
-    return write_report(run_dirs, workdir, group_by="method")
+            log.info("run %s seed %d", arm, seed)
+            summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout_path),
+                                  run_dir)
+            with open(os.path.join(run_dir, "summary.json"), "w") as fh:
+                json.dump(summary | {"arm": arm, "negative": ARMS[arm][1]}, fh, indent=2)
+    from coop_jax.experiments.hacking_report import write_hacking_report
+    return write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
+                                expected={arm: seeds for arm in methods}, command=command)
 
 
 def run() -> None:
@@ -113,7 +226,11 @@ def run() -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
         from absl import logging as absl_logging
         absl_logging.set_verbosity(absl_logging.WARNING)
-        print(json.dumps(main(flags.FLAGS.config, flags.FLAGS.workdir), indent=2, default=str))
+        import shlex
+        import sys
+        command = "python -m coop_jax.experiments.reward_hacking " + shlex.join(sys.argv[1:])
+        print(json.dumps(main(flags.FLAGS.config, flags.FLAGS.workdir, command), indent=2,
+                         default=str))
 
     app.run(_main)
 

@@ -1,0 +1,130 @@
+"""The reward-hacking experiment's pieces: consistent-wrong Cooper negatives, the held-out rewrites,
+arm/seed selection, and the report (partial runs are labelled)."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from coop_jax import cooper, rewards
+from coop_jax.data.synthetic import make_dataset, solution_error_kind
+from coop_jax.experiments import hacking_report, reward_hacking
+from coop_jax.verify import RuleVerifier
+
+G = 2
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    with RuleVerifier(num_workers=1, timeout_s=5.0) as v:
+        yield v
+
+
+def test_consistent_wrong_pairs_keep_the_question_and_are_wrong(verifier):
+    records = make_dataset(6, seed=3)
+    # group: [correct worked solution, off-by-one final answer]
+    texts = [t for r in records for t in (r["solution"], r["solution"] + "1")]
+    refs = [r["reference"] for r in records for _ in range(G)]
+    labels, extracted, _ = rewards.rule_labels(verifier, refs, texts)
+    pairs, stats = cooper.build_pairs("consistent_wrong", records, texts, labels, extracted, G,
+                                      verifier=verifier, rng=np.random.default_rng(0))
+    assert stats["pairs/valid"] == len(records) and stats["pairs/no_positive"] == 0
+    for rec, (pos, neg) in zip(records, pairs):
+        assert pos == rec["solution"]
+        assert solution_error_kind(rec["question"], rec["reference"], neg) == "consistent_wrong"
+    assert "consistent_wrong" in cooper.NEGATIVE_STRATEGIES
+
+
+def test_heldout_rewrites_are_consistent_wrong_one_per_question(verifier):
+    records = make_dataset(8, seed=4)
+    triples = [{"question": r["question"], "reference": r["reference"],
+                "completion": r["solution"], "label": True} for r in records for _ in range(2)]
+    made = reward_hacking.consistent_wrong_triples(triples, verifier, seed=0)
+    assert len(made) == len({r["question"] for r in records})
+    for t in made:
+        assert t["label"] is False
+        assert solution_error_kind(t["question"], t["reference"], t["completion"]) == \
+            "consistent_wrong"
+
+
+def test_arms_share_everything_but_reward_and_negative():
+    config = reward_hacking_config()
+    configs = {arm: reward_hacking.run_config(config, arm, 1, "/policy", "/rm", "/held.jsonl")
+               for arm in reward_hacking.ARMS}
+    flat = {arm: c.to_dict() for arm, c in configs.items()}
+    for c in flat.values():
+        c["reward"].pop("type")
+        c["cooper"].pop("negative")
+        c["cooper"].pop("rm_checkpoint")
+        c["cooper"].pop("heldout_triples")
+    first = next(iter(flat.values()))
+    assert all(c == first for c in flat.values())
+    assert configs["cooper_perturb"].cooper.negative == "perturb"
+    assert configs["cooper_consistent_wrong"].cooper.negative == "consistent_wrong"
+    assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
+    assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
+    with pytest.raises(ValueError, match="experiment.methods"):
+        reward_hacking.run_config(config, "cooper_magic", 0, "", "", "")
+
+
+def test_methods_and_seeds_select_a_subset():
+    assert reward_hacking._methods("rule, cooper_perturb") == ["rule", "cooper_perturb"]
+    assert reward_hacking._methods(("static_rm",)) == ["static_rm"]
+    assert reward_hacking._seeds("0,2") == [0, 2] and reward_hacking._seeds(1) == [1]
+    assert reward_hacking._seeds((0, 1)) == [0, 1]
+    with pytest.raises(ValueError, match="unknown arm 'cooper'"):
+        reward_hacking._methods("cooper")
+
+
+def reward_hacking_config():
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "configs", "toy_hacking.py")
+    spec = importlib.util.spec_from_file_location("toy_hacking_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def _fake_run(root, arm, seed, proxy, rule, final):
+    d = os.path.join(root, f"{arm}_s{seed}")
+    os.makedirs(d)
+    with open(os.path.join(d, "summary.json"), "w") as fh:
+        json.dump({"arm": arm, "method": "cooper", "seed": seed, "steps": 20,
+                   "initial_accuracy": 0.3, "final_accuracy": final, "wall_seconds": 5.0}, fh)
+    with open(os.path.join(d, "metrics.jsonl"), "w") as fh:
+        for step in range(21):
+            row = {"step": step, "rule_accuracy": rule, "proxy_reward_mean": proxy}
+            if step % 10 == 0:
+                row["rm_heldout_accuracy"] = 0.9 - 0.01 * step
+            fh.write(json.dumps(row) + "\n")
+    return d
+
+
+def test_report_gap_diagnostics_and_partial_label(tmp_path):
+    runs = [_fake_run(tmp_path, "cooper_perturb", 0, 0.8, 0.2, 0.1),
+            _fake_run(tmp_path, "cooper_perturb", 1, 0.6, 0.2, 0.2),
+            _fake_run(tmp_path, "rule", 0, 0.5, 0.5, 0.6)]
+    out = hacking_report.write_hacking_report(
+        runs, str(tmp_path / "out"), expected={"cooper_perturb": [0, 1], "rule": [0, 1]})
+    gap = out["diagnostics"]["cooper_perturb"]["hacking_gap"]
+    assert gap["mean"] == pytest.approx(0.5) and gap["half_width"] > 0
+    assert out["diagnostics"]["cooper_perturb"]["rm_heldout_final"]["mean"] == pytest.approx(0.7)
+    assert out["diagnostics"]["rule"]["rm_heldout_initial"]["mean"] == pytest.approx(0.9)
+    assert out["partial"] and out["missing"] == [("rule", 1)]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "PARTIAL" in md and "rule seed 1" in md and "cooper_perturb" in md
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 0
+    complete = hacking_report.write_hacking_report(runs, str(tmp_path / "all"),
+                                                   expected={"cooper_perturb": [0, 1]})
+    assert not complete["partial"]
+
+
+def test_rm_learning_curve(tmp_path):
+    rows = [{"step": 0, "epoch": 0, "heldout/accuracy": 0.6, "heldout/auc": 0.5},
+            {"step": 10, "epoch": 1, "loss": 0.3},
+            {"step": 20, "epoch": 1, "heldout/accuracy": 0.95, "heldout/auc": 0.99}]
+    (tmp_path / "rm_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = hacking_report.plot_rm_learning_curve(str(tmp_path), batch_size=32)
+    assert [r["examples_seen"] for r in curve] == [0, 640]
+    assert curve[-1]["heldout_accuracy"] == 0.95
+    assert (tmp_path / "rm_learning_curve.png").stat().st_size > 0
