@@ -2,11 +2,17 @@
 
 Public API::
 
-    verify(reference, completion) -> bool
-    verify_detailed(reference, completion) -> VerifyResult(correct, extracted, timed_out, error)
-    extract_answer(text) -> str | None
+    verify(reference, completion, extraction="lenient") -> bool
+    verify_detailed(reference, completion, extraction="lenient")
+        -> VerifyResult(correct, extracted, timed_out, error)
+    extract_answer(text, mode="lenient") -> str | None
     answers_equivalent(a, b) -> bool
-    RuleVerifier(num_workers=2, timeout_s=5.0).verify_batch(references, completions) -> list[bool]
+    RuleVerifier(num_workers=2, timeout_s=5.0, extraction="lenient")
+        .verify_batch(references, completions) -> list[bool]
+
+``extraction``/``mode`` is one of ``EXTRACTION_MODES``: ``"lenient"`` (coop_jax's policy),
+``"strict_boxed"`` (Co-rewarding: last ``\\boxed{}`` content, exact string) or
+``"strict_hash"`` (Cooper's GSM8K reward: last ``#### <number>``, exact string).
 
 The single-item functions run in-process (cost guards, no hard timeout); training uses
 :class:`RuleVerifier`, a process pool with hard per-item timeouts and a memory cap.
@@ -16,8 +22,9 @@ from coop_jax.verify.equivalence import (VerifyResult, answers_equivalent, verif
                                          verify_detailed)
 from coop_jax.verify.extract import extract_answer, reference_answer
 from coop_jax.verify.pool import RuleVerifier, VerifierStats
+from coop_jax.verify.strict import EXTRACTION_MODES
 
 __all__ = [
-    "RuleVerifier", "VerifierStats", "VerifyResult", "answers_equivalent", "extract_answer",
-    "reference_answer", "verify", "verify_detailed",
+    "EXTRACTION_MODES", "RuleVerifier", "VerifierStats", "VerifyResult", "answers_equivalent",
+    "extract_answer", "reference_answer", "verify", "verify_detailed",
 ]

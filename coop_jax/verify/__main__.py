@@ -1,6 +1,7 @@
 """Command line: label a JSONL file of (reference, completion) pairs.
 
     python -m coop_jax.verify --in IN.jsonl --out OUT.jsonl [--workers N] [--timeout S]
+                              [--extraction lenient|strict_boxed|strict_hash]
 
 Each input line is a JSON object with ``reference`` (string; an int/float is accepted
 and turned into its decimal string) and ``completion`` (string). Each output line is
@@ -19,6 +20,7 @@ import sys
 import time
 
 from coop_jax.verify.pool import RuleVerifier
+from coop_jax.verify.strict import EXTRACTION_MODES
 
 
 class InputError(ValueError):
@@ -74,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds per item (default 5)")
     ap.add_argument("--memory-mb", type=int, default=2048, help="extra address space per worker")
+    ap.add_argument("--extraction", default="lenient", choices=EXTRACTION_MODES,
+                    help="answer matching (default lenient; strict_boxed / strict_hash follow "
+                         "Co-rewarding / Cooper's GSM8K reward)")
     ap.add_argument("--skip-invalid", action="store_true",
                     help="skip malformed lines (counted) instead of stopping")
     args = ap.parse_args(argv)
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t_start = time.monotonic()
     with RuleVerifier(num_workers=args.workers, timeout_s=args.timeout,
-                      memory_limit_mb=args.memory_mb) as verifier:
+                      memory_limit_mb=args.memory_mb, extraction=args.extraction) as verifier:
         verifier.wait_ready()
         t0 = time.monotonic()
         results = verifier.verify_batch_detailed([o["reference"] for o in items],

@@ -12,14 +12,16 @@ import os
 import resource
 import signal
 import time
+import traceback
 from typing import Callable
 
 from coop_jax.verify.equivalence import answers_equivalent, verify_detailed
 from coop_jax.verify.extract import extract_answer
 
 
-def _verify_task(reference: str, completion: str) -> tuple[bool, str | None, str | None]:
-    r = verify_detailed(reference, completion)
+def _verify_task(reference: str, completion: str,
+                 extraction: str = "lenient") -> tuple[bool, str | None, str | None]:
+    r = verify_detailed(reference, completion, extraction)
     return r.correct, r.extracted, r.error
 
 
@@ -30,9 +32,9 @@ def _equiv_task(a: str, b: str) -> bool:
         return False
 
 
-def _extract_task(text: str) -> str | None:
+def _extract_task(text: str, mode: str = "lenient") -> str | None:
     try:
-        return extract_answer(text)
+        return extract_answer(text, mode)
     except (Exception, RecursionError):
         return None
 
@@ -96,8 +98,12 @@ def warm_up() -> None:
 def worker_main(conn, extra_memory_bytes: int | None) -> None:
     """Serve chunks until the parent sends ``None`` or goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    warm_up()
-    limit_memory(extra_memory_bytes)
+    try:
+        warm_up()
+        limit_memory(extra_memory_bytes)
+    except BaseException:  # the parent forwards this traceback in its start-up error
+        conn.send(("failed", traceback.format_exc()))
+        return
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -28,10 +28,12 @@ from functools import lru_cache
 from typing import Callable
 
 from coop_jax.verify import symbolic
-from coop_jax.verify.extract import extract_answer, reference_answer
+from coop_jax.verify.extract import all_boxed, extract_answer, final_boxes, reference_answer
 from coop_jax.verify.normalize import MAX_ANSWER_CHARS, Normalized, normalize
-from coop_jax.verify.parse import (BaseNum, Choice, Matrix, Opaque, Relation, Scalar, Seq,
-                                   Text, Union, Value, parse_value)
+from coop_jax.verify.parse import parse_value
+from coop_jax.verify.strict import check_mode, strict_reference
+from coop_jax.verify.values import (BaseNum, Choice, Matrix, Opaque, Relation, Scalar, Seq, Text,
+                                    Union, Value)
 
 _MAX_DEPTH = 8
 LONG_DECIMAL_DIGITS = 10
@@ -94,20 +96,35 @@ def _long_decimal_eq(dec: Scalar, other: Scalar) -> bool:
 
 
 def _scalar_eq(r: Scalar, c: Scalar, depth: int) -> bool:
+    if r.percent != c.percent:
+        return _percent_eq(r, c)
     if symbolic.exprs_equal(r.value, c.value):
         return True
     if _long_decimal_eq(r, c) or _long_decimal_eq(c, r):
         return True
-    if r.percent and not c.percent:
-        return symbolic.exprs_equal(r.value / 100, c.value)
-    if c.percent and not r.percent:
-        return symbolic.exprs_equal(r.value, c.value / 100)
     return False
 
 
+def _percent_eq(r: Scalar, c: Scalar) -> bool:
+    """One side has a percent sign: a bare number strictly between 0 and 1 is a proportion
+    (``0.5`` = ``50\\%``), any other bare number is the percentage without its sign
+    (``50`` = ``50\\%``, ``1`` != ``100\\%``). Exactly one reading is tried."""
+    pct, bare = (r, c) if r.percent else (c, r)
+    if symbolic.is_proper_fraction(bare.value):
+        return symbolic.exprs_equal(pct.value / 100, bare.value)
+    return symbolic.exprs_equal(pct.value, bare.value)
+
+
 def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
+    if r.alt is not None and c.alt is not None and _scalar_eq(r.alt, c.alt, depth):
+        return True  # "3,75" = "3,750"? no (thousands); "1,5" = "1,50": the same decimal
     if len(r.items) != len(c.items):
         return False
+    if r.labels and c.labels:  # "p=5, q=2" = "q=2, p=5"
+        if sorted(r.labels) != sorted(c.labels):
+            return False
+        order = [c.labels.index(x) for x in r.labels]
+        return _ordered(r.items, tuple(c.items[k] for k in order), depth)
     kinds = {r.kind, c.kind}
     if kinds == {"tuple"}:
         if len(r.items) == 2 and (r.open, r.close) != (c.open, c.close):
@@ -121,6 +138,11 @@ def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
             return False
         return _ordered(r.items, c.items, depth)
     return _unordered(r.items, c.items, depth)
+
+
+def _ratio_eq(t: Text, s: Scalar) -> bool:
+    """``7:32`` against ``\\frac{7}{32}``: a clock-shaped ratio read as its quotient."""
+    return t.ratio is not None and not s.percent and symbolic.exprs_equal(t.ratio, s.value)
 
 
 def _union_eq(r: Union, c: Union, depth: int) -> bool:
@@ -173,6 +195,10 @@ _Handler = Callable[[Value, Value, int], bool]
 _HANDLERS: dict[tuple[type, type], _Handler] = {
     (Scalar, Scalar): _scalar_eq,
     (Text, Text): lambda r, c, d: r.value == c.value,
+    (Text, Scalar): lambda r, c, d: _ratio_eq(r, c),
+    (Scalar, Text): lambda r, c, d: _ratio_eq(c, r),
+    (Seq, Scalar): lambda r, c, d: r.alt is not None and _scalar_eq(r.alt, c, d),
+    (Scalar, Seq): lambda r, c, d: c.alt is not None and _scalar_eq(r, c.alt, d),
     (Choice, Choice): lambda r, c, d: r.letter == c.letter,
     (BaseNum, BaseNum): lambda r, c, d: (r.digits, r.base) == (c.digits, c.base),
     (BaseNum, Scalar): _base_scalar_eq,
@@ -228,24 +254,68 @@ def answers_equivalent(a: str, b: str) -> bool:
     return values_equal(_parse_normalized(na), _parse_normalized(nb))
 
 
-def verify_detailed(reference: str, completion: str) -> VerifyResult:
-    """Extract the answers of both texts and decide equivalence (never raises)."""
+def _collection_size(answer: str) -> int:
+    """Number of items when ``answer`` is an unordered collection (set, bare list, union)."""
+    norm = normalize(answer)
+    if not norm.text or len(norm.text) > MAX_ANSWER_CHARS:
+        return 0
+    v = _parse_normalized(norm)
+    if isinstance(v, Seq) and v.kind in ("set", "bare"):
+        return len(v.items)
+    return len(v.parts) if isinstance(v, Union) else 0
+
+
+def _several_boxes(reference: str, completion: str, ref: str, cand: str) -> str | None:
+    """Answer stated in several separate boxes (``\\boxed{2} ... \\boxed{-3}``) that matches an
+    unordered collection with exactly as many items on the other side; else None.
+
+    A completion's boxes count only when their number equals the reference's item count, so an
+    intermediate box (one box too many) or a hedge against a single-value reference is never
+    read as part of the answer.
+    """
+    boxes = final_boxes(completion)
+    if len(boxes) >= 2 and _collection_size(ref) == len(boxes):
+        joined = ", ".join(boxes)
+        if answers_equivalent(ref, joined):
+            return joined
+    ref_boxes = all_boxed(reference)
+    if len(ref_boxes) >= 2 and _collection_size(cand) == len(ref_boxes):
+        if answers_equivalent(", ".join(ref_boxes), cand):
+            return cand
+    return None
+
+
+def verify_detailed(reference: str, completion: str, extraction: str = "lenient") -> VerifyResult:
+    """Extract the answers of both texts and decide equivalence (never raises on bad text).
+
+    ``extraction`` selects the answer matching (:data:`EXTRACTION_MODES`): ``"lenient"`` uses
+    the equivalence policy above; the strict modes compare the strictly extracted answers as
+    exact strings, as the reference implementations do.
+    """
+    check_mode(extraction)
     extracted = None
     try:
-        extracted = extract_answer(completion)
+        extracted = extract_answer(completion, extraction)
+        if extraction != "lenient":
+            ok = extracted is not None and isinstance(reference, str) and (
+                extracted == strict_reference(reference, extraction))
+            return VerifyResult(ok, extracted)
         ref = reference_answer(reference)
         if extracted is None or ref is None:
             return VerifyResult(False, extracted)
-        return VerifyResult(answers_equivalent(ref, extracted), extracted)
+        if answers_equivalent(ref, extracted):
+            return VerifyResult(True, extracted)
+        several = _several_boxes(reference, completion, ref, extracted)
+        return VerifyResult(several is not None, several or extracted)
     except (Exception, RecursionError, MemoryError) as exc:  # a verifier bug must not stop training
         return VerifyResult(False, extracted, error=f"{type(exc).__name__}: {exc}"[:200])
 
 
-def verify(reference: str, completion: str) -> bool:
+def verify(reference: str, completion: str, extraction: str = "lenient") -> bool:
     """True when ``completion`` states an answer equivalent to ``reference``'s.
 
     ``reference`` may be a bare answer (``18``, ``\\frac{14}{3}``) or a full solution
     (``#### 18``, ``\\boxed{...}``). Runs in-process with cost guards but no hard timeout;
     use :class:`coop_jax.verify.RuleVerifier` for untrusted text at scale.
     """
-    return verify_detailed(reference, completion).correct
+    return verify_detailed(reference, completion, extraction).correct

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 import re
 
+from coop_jax.verify.strict import EXTRACTION_MODES, check_mode, strict_boxed, strict_hash
+
+__all__ = ["EXTRACTION_MODES", "all_boxed", "extract_answer", "final_boxes", "find_boxed",
+           "reference_answer"]
+
 MAX_EXTRACTED_CHARS = 4096
 _BARE_MAX_CHARS = 80
 
@@ -25,6 +30,13 @@ _PHRASE_RE = re.compile(
     r"(?:final\s+answer|the\s+answer|answer)[*\s]*(?:is|are|:|=|\bwould be\b|\bwill be\b)[*\s]*"
     r"(?:[:=][*\s]*)?",
     re.IGNORECASE)
+_ANSWER_HEAD_RE = re.compile(r"(?im)^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_:.]*$")
+_DISPLAY_OPEN_RE = re.compile(r"^(?:\$\$|\\\[|\\\()\s*$")
+_DISPLAY_BLOCK_RE = re.compile(
+    r"^(?:\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|\$(?!\$)([^$]+?)\$)", re.S)
+_DANGLING_RE = re.compile(
+    r"(?:[-+*/^_=<>{]|\\(?:pm|mp|leq?|geq?|neq?|lt|gt|cdot|times|div|[dt]?frac|sqrt|left|right|in"
+    r"|cup|cap|to|approx|sum|int|prod|binom))\s*$")
 _A_LINE_RE = re.compile(r"(?m)^[ \t]*A[ \t]*:[ \t]*(\S[^\n]*)$")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)|\s(?:I hope|which|because|since|so that)\b|\s+\((?![A-Ea-e]\))")
 _CLOSING_DOLLAR = re.compile(r"(?<!\\)\$")
@@ -66,8 +78,9 @@ def _matching_braces(text: str, opens: set[int]) -> dict[int, int]:
     return out
 
 
-def find_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed``/``\\fbox`` group, or None when there is none."""
+def _boxes(text: str) -> tuple[list[tuple[int, int, str]], bool]:
+    """Outermost ``\\boxed``/``\\fbox`` groups as (start, end, content), and whether the last
+    box command is broken (its ``{`` never closes, as in a truncated or garbled answer)."""
     hits = []
     for m in _BOX_RE.finditer(text):
         j = m.end()
@@ -75,14 +88,16 @@ def find_boxed(text: str) -> str | None:
             j += 1
         hits.append((m.start(), j))
     if not hits:
-        return None
+        return [], False
     opens = {j for _, j in hits if j < len(text) and text[j] == "{"}
     closes = _matching_braces(text, opens) if opens else {}
-    boxes: list[tuple[int, int, str]] = []  # (start, end, content), outermost only
+    boxes: list[tuple[int, int, str]] = []
     last_end = -1
+    broken = False
     for start, j in hits:
         if start < last_end:
             continue  # nested inside the previous box
+        broken = False
         if j in closes:
             boxes.append((start, closes[j] + 1, text[j + 1:closes[j]]))
             last_end = closes[j] + 1
@@ -91,6 +106,28 @@ def find_boxed(text: str) -> str | None:
             if m:
                 boxes.append((start, j + m.end(), m.group(0)))
                 last_end = j + m.end()
+        else:
+            broken = True
+    return boxes, broken
+
+
+def all_boxed(text: str) -> list[str]:
+    """Content of every outermost box, in order (``\\boxed{\\boxed{5}}`` counts once as ``5``)."""
+    return [_unwrap_box(content.strip()) for _, _, content in _boxes(text)[0]]
+
+
+def final_boxes(text: str) -> list[str]:
+    """:func:`all_boxed` of the part of a completion the answer is taken from (after
+    ``</think>`` when that part has a box, before any chat-template token)."""
+    text = _main_part(text)
+    _, sep, after_think = text.rpartition("</think>")
+    boxes = all_boxed(after_think) if sep else []
+    return boxes or all_boxed(text)
+
+
+def find_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed``/``\\fbox`` group, or None when there is none."""
+    boxes, _ = _boxes(text)
     if not boxes:
         return None
     group = [boxes[-1]]
@@ -145,6 +182,21 @@ def _looks_bare(text: str) -> bool:
     return _TWO_WORDS.search(plain) is None
 
 
+def _after_marker(rest: str) -> str:
+    """The answer text after "the answer is"/an "Answer" heading: the rest of its line, or a
+    math block that starts on a later line or spans lines (``Answer:\\n\\[\\n 12\\n\\]``)."""
+    rest = rest[:2000]
+    line = rest.split("\n", 1)[0]
+    stripped = rest.strip()
+    if not line.strip() or _DISPLAY_OPEN_RE.match(line.strip()):
+        m = _DISPLAY_BLOCK_RE.match(stripped)
+        if m:
+            return next(g for g in m.groups() if g is not None)
+        if not line.strip():
+            return stripped.split("\n", 1)[0]  # "The final answer is:\n\n 18"
+    return line
+
+
 def _extract_marked(text: str) -> str | None:
     boxed = find_boxed(text)
     if boxed is not None:
@@ -158,11 +210,15 @@ def _extract_marked(text: str) -> str | None:
     last = None
     for last in _PHRASE_RE.finditer(text):
         pass
+    head = None
+    for head in _ANSWER_HEAD_RE.finditer(text):
+        pass
+    if head is not None and (last is None or head.start() > last.start()):
+        after = _after_marker(text[head.end():])
+        if _DISPLAY_BLOCK_RE.match(text[head.end():].strip()[:2000]) or _looks_bare(after.strip()):
+            return after  # "**Answer**\n$$ 12 $$": a heading line, then the answer alone
     if last is not None:
-        line = text[last.end():].split("\n", 1)[0]
-        if not line.strip():  # "The final answer is:\n\n 18"
-            line = text[last.end():].strip().split("\n", 1)[0]
-        clipped = _clip_phrase(line)
+        clipped = _clip_phrase(_after_marker(text[last.end():]))
         if clipped:
             # "Final Answer: The largest $n$ is 34." -> "34"
             return clipped if _looks_bare(clipped) else (_statement_value(clipped) or clipped)
@@ -194,7 +250,9 @@ def _statement_value(sentence: str) -> str | None:
         inner = next(g for g in spans[-1].groups() if g is not None).strip().rstrip(".,")
         if inner:
             return inner
-    numbers = _NUMBER_RE.findall(_MATH_SPAN_RE.sub(" ", s)) if not spans else []
+    if spans or "\\" in s or "{" in s or "}" in s:
+        return None  # a lone number is taken only from a sentence of plain words
+    numbers = _NUMBER_RE.findall(s)
     return numbers[0] if len(numbers) == 1 else None
 
 
@@ -223,34 +281,68 @@ def _main_part(text: str) -> str:
     return text[:m.start()] if m else text
 
 
-def _finish(ans: str | None) -> str | None:
+def _is_whole(ans: str) -> bool:
+    """False for a fragment: unbalanced ``{}`` or a dangling operator/command at the end."""
+    depth = 0
+    i = 0
+    while i < len(ans):
+        ch = ans[i]
+        if ch == "\\":
+            i += 2
+            continue
+        depth += 1 if ch == "{" else -1 if ch == "}" else 0
+        if depth < 0:
+            return False
+        i += 1
+    return depth == 0 and _DANGLING_RE.search(ans) is None
+
+
+def _finish(ans: str | None, whole: bool = False) -> str | None:
     if ans is None:
         return None
     ans = ans.strip()
-    if not ans:
+    if not ans or (whole and not _is_whole(ans[:MAX_EXTRACTED_CHARS])):
         return None
     return ans[:MAX_EXTRACTED_CHARS]
 
 
-def extract_answer(text: str) -> str | None:
+def _lenient(text: str) -> str | None:
+    text = _main_part(text)
+    head, sep, after_think = text.rpartition("</think>")
+    final = after_think if sep else text
+    if _boxes(final)[1]:
+        return None  # the final box is broken: its fragments are not an answer
+    ans = _extract_marked(after_think) if sep else None
+    if ans is None:
+        if sep and _boxes(text)[1]:
+            return None
+        ans = _extract_marked(text)
+    if ans is None:
+        stripped = text.strip()
+        ans = stripped if _looks_bare(stripped) else _last_statement(final)
+    return _finish(ans, whole=True)
+
+
+def extract_answer(text: str, mode: str = "lenient") -> str | None:
     """Final answer in a model completion, or None when none is stated.
+
+    ``mode`` is one of :data:`EXTRACTION_MODES`: ``"lenient"`` (the rules in the module
+    docstring), ``"strict_boxed"`` (the last ``\\boxed{}`` content, verbatim) or
+    ``"strict_hash"`` (the last ``#### <number>``, commas and ``$`` removed).
 
     >>> extract_answer("so the total is $\\\\boxed{\\\\frac{1}{2}}$.")
     '\\\\frac{1}{2}'
     >>> extract_answer("She pays 3 * 6 = 18 dollars.\\n#### 18")
     '18'
     """
+    check_mode(mode)
     if not isinstance(text, str):
         return None
-    text = _main_part(text)
-    head, sep, after_think = text.rpartition("</think>")
-    ans = _extract_marked(after_think) if sep else None
-    if ans is None:
-        ans = _extract_marked(text)
-    if ans is None:
-        stripped = text.strip()
-        ans = stripped if _looks_bare(stripped) else _last_statement(after_think if sep else text)
-    return _finish(ans)
+    if mode == "strict_boxed":
+        return strict_boxed(text)
+    if mode == "strict_hash":
+        return strict_hash(text)
+    return _lenient(text)
 
 
 def reference_answer(reference: str) -> str | None:

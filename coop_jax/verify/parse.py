@@ -13,73 +13,14 @@ ANTLR parser (no ``eval``/``sympify`` of model text); the unevaluated tree is ch
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Union as _U
 
-import sympy
-
-from coop_jax.verify.normalize import MAX_ANSWER_CHARS, brace_depth_ok
 from coop_jax.verify import symbolic
+from coop_jax.verify.normalize import MAX_ANSWER_CHARS, brace_depth_ok
+from coop_jax.verify.relations import parse_relation
+from coop_jax.verify.values import (BaseNum, Choice, Matrix, Opaque, Relation, Scalar, Seq, Text,
+                                    Union, Value)
 
-
-@dataclass(frozen=True)
-class Scalar:
-    value: object  # Fraction or sympy.Expr
-    src: str
-    percent: bool = False
-    decimal: tuple | None = None  # (significant digits, places) of a decimal literal
-
-
-@dataclass(frozen=True)
-class Text:
-    value: str
-
-
-@dataclass(frozen=True)
-class Choice:
-    letter: str
-    rest: str = ""  # the option's value when written as "(C) 12"
-
-
-@dataclass(frozen=True)
-class BaseNum:
-    digits: str
-    base: int
-
-
-@dataclass(frozen=True)
-class Seq:
-    items: tuple
-    kind: str  # "set" | "tuple" | "bare"
-    open: str = ""
-    close: str = ""
-
-
-@dataclass(frozen=True)
-class Union:
-    parts: tuple
-
-
-@dataclass(frozen=True)
-class Relation:
-    op: str  # "=", "<", "<=", "!=" ("a > b" is stored as "b < a")
-    lhs: object
-    rhs: object
-    assign: bool = False  # "label = value", where the label names the quantity asked for
-
-
-@dataclass(frozen=True)
-class Matrix:
-    rows: tuple
-
-
-@dataclass(frozen=True)
-class Opaque:
-    src: str
-
-
-Value = _U[Scalar, Text, Choice, BaseNum, Seq, Union, Relation, Matrix, Opaque]
 
 _CHOICE_RES = (
     re.compile(r"^\(?([A-Z])\)?()$"),
@@ -95,7 +36,7 @@ _BASE_RE = re.compile(r"^([0-9A-Za-z]+)_\{?\(?(\d{1,2})\)?\}?$")
 _DEC = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _NUM_RES = {
     "dec": re.compile(rf"^[+-]?{_DEC}$"),
-    "thousands": re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$"),
+    "thousands": re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$"),
     "frac": re.compile(r"^([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d+)\}$"),
     "slash": re.compile(r"^([+-]?\d+)/([+-]?\d+)$"),
     "mixed": re.compile(r"^([+-]?)(\d+)\\frac\{(\d+)\}\{(\d+)\}$"),
@@ -104,6 +45,10 @@ _NUM_RES = {
     "sci": re.compile(rf"^([+-]?{_DEC})(?:\\times|\\cdot|\*)10\^\{{?([+-]?\d{{1,4}})\}}?$"),
     "e": re.compile(rf"^([+-]?{_DEC})[eE]([+-]?\d{{1,4}})$"),
 }
+# "3,75" may be 3.75: one comma, no space, and not exactly three digits after it (those are
+# thousands, "12,500") unless the integer part is 0 ("0,125" cannot be a thousands group).
+_DECIMAL_COMMA = re.compile(r"^([+-]?)(\d+),(\d+)$")
+_SEMI = re.compile(";")
 _SPACE_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _SPACE_NOT_BETWEEN_DIGITS = re.compile(r"(?<![\d,]) +| +(?![\d,])")
 _REL_RE = re.compile(
@@ -115,16 +60,6 @@ _PM_RE = re.compile(r"\\pm(?![a-zA-Z])|\\mp(?![a-zA-Z])|\+-|\+/-")
 _MATRIX_RE = re.compile(
     r"^\\begin\{(pmatrix|bmatrix|Bmatrix|matrix|smallmatrix|array)\}(.*)\\end\{\1\}$", re.S)
 _SYMBOL_RE = re.compile(r"^(?:[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?|\\[a-zA-Z]+)$")
-# Left-hand sides that name the quantity asked for: "x", "a_1", "\\theta", "AB", "f(3)",
-# "m\\angle ABC", "P(x)". "<label> = value" then matches "value".
-_LABEL_RE = re.compile(
-    r"^(?:[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?(?:\([^()=]{1,12}\))?|\\[a-zA-Z]+|[A-Z]{2,3}"
-    r"|(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|\\overline\{[A-Z]{2}\})$")
-_OPS = {r"\le": "<=", r"\ge": ">=", r"\ne": "!=", r"\approx": "~", "<=": "<=", ">=": ">=",
-        "!=": "!=", "<": "<", ">": ">", "=": "="}
-_FLIP = {">": "<", ">=": "<="}
-
-
 def split_top(s: str, sep: re.Pattern) -> tuple[list[str], list[str]]:
     """Split ``s`` at matches of ``sep`` outside brackets; return (parts, separators)."""
     parts, seps = [], []
@@ -213,6 +148,35 @@ def _decimal_shape(s: str) -> tuple[int, int] | None:
     return len(digits), len(frac)
 
 
+def _decimal_comma(s: str) -> Scalar | None:
+    """The decimal-comma reading of ``s`` (see ``_DECIMAL_COMMA``), or None."""
+    m = _DECIMAL_COMMA.match(s)
+    if m is None or (len(m.group(3)) == 3 and m.group(2) != "0"):
+        return None
+    dot = f"{m.group(1)}{m.group(2)}.{m.group(3)}"
+    return Scalar(Fraction(dot), dot, False, _decimal_shape(dot))
+
+
+def _labelled_tuple(items: tuple) -> Seq | None:
+    """``p=5, q=2`` -> the tuple ``(5, 2)`` labelled ``(p, q)``; None unless every item assigns
+    a different plain symbol."""
+    if len(items) < 2 or not all(isinstance(v, Relation) and v.assign and isinstance(v.lhs, Scalar)
+                                 and _SYMBOL_RE.match(v.lhs.src.replace(" ", "")) for v in items):
+        return None
+    labels = tuple(v.lhs.src.replace(" ", "") for v in items)
+    if len(set(labels)) != len(labels):
+        return None  # "x=-2, x=1" is a list of values of x
+    return Seq(tuple(v.rhs for v in items), "tuple", "(", ")", labels)
+
+
+def _matrix_expr(s: str) -> Matrix | None:
+    """An unevaluated sum/product of matrices (``2\\begin{pmatrix}..\\end{pmatrix} + ...``)."""
+    rows = symbolic.to_matrix(s)
+    if rows is None:
+        return None
+    return Matrix(tuple(tuple(Scalar(e, str(e)) for e in row) for row in rows))
+
+
 def _parse_choice(s: str) -> Choice | None:
     for rx in _CHOICE_RES:
         m = rx.match(s)
@@ -266,108 +230,6 @@ def _expand_pm(s: str) -> list[str] | None:
     return out
 
 
-def _is_symbol(v: Value) -> bool:
-    return isinstance(v, Scalar) and getattr(v.value, "is_Symbol", False)
-
-
-def _is_constant(v: Value) -> bool:
-    if not isinstance(v, Scalar):
-        return False
-    return isinstance(v.value, Fraction) or not v.value.free_symbols
-
-
-_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
-
-
-def _solve_linear(lhs: Value, rhs: Value) -> tuple[Scalar, Scalar, bool] | None:
-    """``a x + b (op) c`` in one symbol -> (x, root, whether op flips), else None."""
-    if not (isinstance(lhs, Scalar) and isinstance(rhs, Scalar)):
-        return None
-    d = symbolic.as_sympy(lhs.value) - symbolic.as_sympy(rhs.value)
-    syms = d.free_symbols
-    if len(syms) != 1:
-        return None
-    x = next(iter(syms))
-    try:
-        poly = sympy.Poly(d, x)
-    except sympy.PolynomialError:
-        return None
-    if poly.degree() != 1:
-        return None
-    a, b = poly.all_coeffs()
-    if not (a.is_real and b.is_real) or a == 0:
-        return None
-    return Scalar(x, str(x)), Scalar(-b / a, "root"), bool(a < 0)
-
-
-_INF = Scalar(sympy.oo, r"\infty")
-_NEG_INF = Scalar(-sympy.oo, r"-\infty")
-
-
-def _relation_to_interval(ops: list[str], vals: list[Value]) -> Seq | None:
-    """``x > 2`` -> ``(2, \\infty)``, ``-2 \\le x < 7`` -> ``[-2, 7)``; else None."""
-    if len(vals) == 2:
-        (a, b), op = vals, ops[0]
-        if op not in ("<", "<=", ">", ">="):
-            return None
-        if _is_symbol(b) and _is_constant(a):  # "2 < x" is "x > 2"
-            a, b = b, a
-            op = _MIRROR[op]
-        if not (_is_symbol(a) and _is_constant(b)):
-            solved = _solve_linear(a, b)  # "-x > -1" is "x < 1"
-            if solved is None:
-                return None
-            a, b, flip = solved
-            op = _MIRROR[op] if flip else op
-        if op in ("<", "<="):
-            return Seq((_NEG_INF, b), "tuple", "(", ")" if op == "<" else "]")
-        return Seq((b, _INF), "tuple", "(" if op == ">" else "[", ")")
-    if len(vals) == 3 and _is_symbol(vals[1]) and _is_constant(vals[0]) and _is_constant(vals[2]):
-        lo, hi, (op1, op2) = vals[0], vals[2], ops
-        if op1 in (">", ">=") and op2 in (">", ">="):
-            lo, hi, op1, op2 = hi, lo, _FLIP[op2], _FLIP[op1]
-        if op1 in ("<", "<=") and op2 in ("<", "<="):
-            return Seq((lo, hi), "tuple", "(" if op1 == "<" else "[", ")" if op2 == "<" else "]")
-    return None
-
-
-def _parse_relation(parts: list[str], seps: list[str]) -> Value:
-    ops = [_OPS[x] for x in seps]
-    if "~" in ops:  # "x \\approx 3.14" is "x = 3.14"; "= 1/3 \\approx 0.33" keeps the exact 1/3
-        k = ops.index("~")
-        if k == 0 and _LABEL_RE.match(parts[0].replace(" ", "")):
-            ops[0] = "="
-        else:
-            parts, ops = parts[:k + 1], ops[:k]
-        if "~" in ops:
-            return Opaque(" ".join(parts))
-        if len(parts) == 1:
-            return parse_value(parts[0])
-    vals = [parse_value(p) for p in parts]
-    if any(isinstance(v, Opaque) for v in vals) or any(not p for p in parts):
-        return Opaque(" ".join(parts))
-    if all(o == "=" for o in ops):
-        if all(_is_constant(v) for v in vals):  # "12 \times 3 = 36": keep it only if true
-            ok = all(symbolic.exprs_equal(v.value, vals[-1].value) for v in vals[:-1])
-            return vals[-1] if ok else Opaque(" = ".join(parts))
-        label = bool(_LABEL_RE.match(parts[0].replace(" ", "")) or _LABEL_RE.match(parts[0]))
-        if len(parts) == 2:
-            return Relation("=", vals[0], vals[1], label)
-        if label:  # "x = 2 + 3 = 5"
-            return Relation("=", vals[0], vals[-1], True)
-        return Opaque(" = ".join(parts))
-    interval = _relation_to_interval(ops, vals)
-    if interval is not None:
-        return interval
-    if len(parts) == 2:
-        op = ops[0]
-        lhs, rhs = vals
-        if op in _FLIP:
-            op, lhs, rhs = _FLIP[op], rhs, lhs
-        return Relation(op, lhs, rhs)
-    return Opaque(" ".join(parts))
-
-
 def _parse_matrix(body: str, env: str) -> Value:
     if env == "array":
         body = re.sub(r"^\s*\{[^{}]*\}", "", body)
@@ -406,15 +268,23 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
     m = _TIME_RE.match(s)
     if m:  # "12:00", "3:30 pm": a clock time, not a ratio
         suffix = (m.group(3) or "").replace(".", "").replace(" ", "").lower()
-        return Text(f"{int(m.group(1))}:{m.group(2)}{suffix}")
+        hours, minutes = int(m.group(1)), int(m.group(2))
+        ratio = Fraction(hours, minutes) if minutes and not suffix else None  # "7:32" may be a ratio
+        return Text(f"{hours}:{m.group(2)}{suffix}", ratio)
     num = _parse_number(s)
     if num is not None:
         return Scalar(num, s, percent, _decimal_shape(s))
+    parts, _ = split_top(s, _SEMI)  # "-3; -1; 4", "p=5,q=2; p=7,q=2"
+    if len(parts) > 1:
+        if len(parts) > 64 or any(not p for p in parts):
+            return Opaque(s)
+        return Seq(tuple(parse_value(p) for p in parts), "bare")
     parts, _ = split_top(s, re.compile(","))
     if len(parts) > 1:
         if len(parts) > 64 or any(not p for p in parts):
             return Opaque(s)
-        return Seq(_flat_items(parts), "bare")
+        items = _flat_items(parts)
+        return _labelled_tuple(items) or Seq(items, "bare", alt=_decimal_comma(s))
     parts, _ = split_top(s, _CUP_RE)
     if len(parts) > 1:
         return Union(tuple(parse_value(p) for p in parts))
@@ -423,13 +293,13 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
         return parse_value(parts[1])
     parts, seps = split_top(s, _REL_RE)
     if len(parts) > 1:
-        return _parse_relation(parts, seps)
+        return parse_relation(parts, seps, parse_value)
     if s.startswith(r"\{") and s.endswith(r"\}"):
         inner = s[2:-2].strip()
         items, _ = split_top(inner, re.compile(","))
         return Seq(_flat_items([p for p in items if p]), "set")
     m = _MATRIX_RE.match(s)
-    if m:
+    if m and r"\begin" not in m.group(2):
         return _parse_matrix(m.group(2), m.group(1))
     if _wrapped(s):
         inner = s[1:-1].strip()
@@ -444,6 +314,8 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
     base = _parse_base(s)
     if base is not None:
         return base
+    if r"\begin{" in s:
+        return _matrix_expr(s) or Opaque(s)
     expr = symbolic.to_sympy(s)
     if expr is None:
         return Opaque(s)

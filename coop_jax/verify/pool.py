@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait
 from typing import Sequence
 
+from coop_jax.verify import startup
 from coop_jax.verify._worker import FAILED, worker_main
 from coop_jax.verify.equivalence import VerifyResult
+from coop_jax.verify.strict import check_mode
 
 _WORKER_MODULE = "coop_jax.verify._worker"
 _MAX_FAILED_STARTS = 3
@@ -53,6 +55,7 @@ class _Worker:
         self.conn = parent_conn
         self.ready = False
         self.born = time.monotonic()
+        self.born_wall = time.time()
         self.pending: collections.deque[int] = collections.deque()
         self.item_started = 0.0
 
@@ -81,11 +84,17 @@ class RuleVerifier:
             preloads the verifier, so restarts are cheap) or ``"spawn"``.
         chunk_size: most items handed to a worker at once.
         startup_timeout_s: how long a new worker may take to import and warm up.
+        extraction: answer matching, one of ``EXTRACTION_MODES`` (``"lenient"``,
+            ``"strict_boxed"``, ``"strict_hash"``; see :mod:`coop_jax.verify.strict`); used by
+            :meth:`verify_batch` and :meth:`extract_batch`.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0,
                  memory_limit_mb: int | None = 2048, start_method: str = "forkserver",
-                 chunk_size: int = 32, startup_timeout_s: float = 120.0):
+                 chunk_size: int = 32, startup_timeout_s: float = 120.0,
+                 extraction: str = "lenient"):
+        startup.refuse_in_worker_bootstrap()
+        check_mode(extraction)
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if timeout_s <= 0:
@@ -93,6 +102,7 @@ class RuleVerifier:
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         self.num_workers = num_workers
+        self.extraction = extraction
         self.timeout_s = float(timeout_s)
         self.chunk_size = max(1, int(chunk_size))
         self.startup_timeout_s = startup_timeout_s
@@ -104,6 +114,7 @@ class RuleVerifier:
         self._stats = VerifierStats()
         self._closed = False
         self._failed_starts = 0
+        self._first_failure: str | None = None  # the first failed worker's traceback
         self._workers: list[_Worker] = [self._new_worker() for _ in range(num_workers)]
 
     # ------------------------------------------------------------------ public API
@@ -137,7 +148,7 @@ class RuleVerifier:
                              f"{len(completions)}")
         _check_strs("references", references)
         _check_strs("completions", completions)
-        raw = self._run("verify", list(zip(references, completions)))
+        raw = self._run("verify", [(r, c, self.extraction) for r, c in zip(references, completions)])
         out = []
         for r in raw:
             if isinstance(r, VerifyResult):
@@ -157,7 +168,7 @@ class RuleVerifier:
     def extract_batch(self, texts: Sequence[str]) -> list[str | None]:
         """``[extract_answer(t) for t in texts]`` with hard timeouts (None on timeout)."""
         _check_strs("texts", texts)
-        return self._run("extract", [(t,) for t in texts])
+        return self._run("extract", [(t, self.extraction) for t in texts])
 
     def equivalent_batch(self, a: Sequence[str], b: Sequence[str]) -> list[bool]:
         """``[answers_equivalent(x, y) for x, y in zip(a, b)]`` with hard timeouts."""
@@ -265,6 +276,7 @@ class RuleVerifier:
             msg = w.conn.recv()
         except (EOFError, OSError):
             if not w.ready:
+                w.proc.join(timeout=2.0)  # reap it, so the exit code is known
                 self._start_failed(k, f"exited with code {w.proc.exitcode} during start-up")
                 return 0
             self._stats.crashes += 1
@@ -272,6 +284,10 @@ class RuleVerifier:
         if msg[0] == "ready":
             w.ready = True
             self._failed_starts = 0
+            return 0
+        if msg[0] == "failed":  # warm-up raised; msg[1] is the worker's traceback
+            self._first_failure = self._first_failure or msg[1]
+            self._start_failed(k, "failed during start-up")
             return 0
         index, result = msg
         if w.pending and w.pending[0] == index:
@@ -299,8 +315,18 @@ class RuleVerifier:
         return finished
 
     def _start_failed(self, k: int, why: str) -> None:
+        w = self._workers[k]
+        report = startup.take_report(w.proc.pid, w.born_wall)
+        if startup.is_main_guard_report(report):  # every restart would fail the same way
+            raise RuntimeError(f"verifier worker {why}.\n{startup.MAIN_GUARD_HINT}\n"
+                               f"--- traceback of the first worker that failed ---\n{report}")
+        self._first_failure = self._first_failure or report
         self._failed_starts += 1
         if self._failed_starts >= _MAX_FAILED_STARTS * self.num_workers:
-            raise RuntimeError(f"verifier worker {why}; giving up after "
-                               f"{self._failed_starts} failed starts")
+            tb = self._first_failure or ("(no traceback came back: see the workers' stderr above; "
+                                         "a worker that dies while importing the main script "
+                                         "cannot report one)")
+            raise RuntimeError(f"verifier worker {why}; giving up after {self._failed_starts} "
+                               f"failed starts.\n{startup.MAIN_GUARD_HINT}\n"
+                               f"--- traceback of the first worker that failed ---\n{tb}")
         self._replace(k)

@@ -126,6 +126,35 @@ def to_sympy(s: str) -> sympy.Expr | None:
         return None
 
 
+_MAX_MATRIX_CELLS = 64
+
+
+def to_matrix(s: str) -> list[list[sympy.Expr]] | None:
+    """Entries of a sum/product/scalar multiple of explicit matrices, evaluated; else None.
+
+    Powers of matrices and anything :func:`cost_ok` refuses are left unevaluated (None).
+    """
+    try:
+        expr = latex2sympy(_decimals_to_fracs(s), normalization_config=None,
+                           conversion_config=_CONF)
+        if not isinstance(expr, sympy.MatrixExpr) or expr.has(sympy.MatPow, *_BAD_NODES):
+            return None
+        if any(m.rows * m.cols > _MAX_MATRIX_CELLS for m in expr.atoms(sympy.ImmutableMatrix)):
+            return None
+        if not all(cost_ok(e) for m in expr.atoms(sympy.ImmutableMatrix) for e in m):
+            return None
+        value = expr.doit()
+        if not isinstance(value, sympy.MatrixBase) or value.rows * value.cols > _MAX_MATRIX_CELLS:
+            return None
+        rows = [[sympy.nsimplify(e) if e.has(sympy.Float) else e for e in value.row(i)]
+                for i in range(value.rows)]
+        if any(not isinstance(e, sympy.Expr) or e.has(sympy.zoo, sympy.nan) for r in rows for e in r):
+            return None
+        return rows
+    except (Exception, RecursionError):
+        return None
+
+
 def as_sympy(v: object) -> sympy.Expr:
     """Fraction -> Rational; sympy values pass through."""
     if isinstance(v, Fraction):
@@ -219,6 +248,17 @@ def proportional(d1: object, d2: object, positive: bool = False) -> bool:
         if positive:
             return bool(sympy.re(first) > 0 and abs(complex(sympy.im(first))) < 1e-30)
         return True
+    except (Exception, RecursionError):
+        return False
+
+
+def is_proper_fraction(v: object) -> bool:
+    """True when ``v`` is a real constant with 0 < |v| < 1."""
+    if isinstance(v, Fraction):
+        return 0 < abs(v) < 1
+    try:
+        x = sympy.Abs(as_sympy(v))
+        return bool(x.is_number and x.is_real and (x > 0) is sympy.true and (x < 1) is sympy.true)
     except (Exception, RecursionError):
         return False
 
