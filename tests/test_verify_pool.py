@@ -136,3 +136,47 @@ def test_cli_labels_file_and_reports_bad_lines(tmp_path):
     proc = subprocess.run(cmd + ["--skip-invalid"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "1 skipped lines" in proc.stderr
     assert len(out.read_text().splitlines()) == 1
+
+
+_UNGUARDED_SCRIPT = """\
+import sys
+from coop_jax.verify import RuleVerifier
+
+verifier = RuleVerifier(num_workers=1, timeout_s=10, start_method=sys.argv[1])
+print("RESULT", verifier.verify_batch(["1"], ["\\\\boxed{1}"]))
+"""
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_module_level_verifier_without_main_guard_names_the_fix(tmp_path, start_method):
+    script = tmp_path / "unguarded.py"
+    script.write_text(_UNGUARDED_SCRIPT)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script), start_method], capture_output=True,
+                          text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode != 0 and "RESULT" not in proc.stdout
+    assert time.monotonic() - t0 < 120  # fails fast: no round of doomed restarts
+    error = proc.stderr[proc.stderr.rindex("RuntimeError: verifier worker"):]
+    assert 'if __name__ == "__main__":' in error and "module level" in error
+    # the first worker's traceback is forwarded, down to the script line that made the verifier
+    assert "traceback of the first worker that failed" in error
+    assert f'File "{script}", line 4, in <module>' in error
+    assert "verifier = RuleVerifier(" in error
+
+
+def test_worker_warm_up_failure_is_forwarded(monkeypatch):
+    import coop_jax.verify.pool as pool
+
+    v = RuleVerifier.__new__(RuleVerifier)  # only the bookkeeping that _start_failed touches
+    v.num_workers, v._failed_starts, v._first_failure = 1, 0, None
+    v._workers = [type("W", (), {"proc": type("P", (), {"pid": None})(), "born_wall": 0.0})()]
+    v._closed = True
+    monkeypatch.setattr(v, "_replace", lambda k: None, raising=False)
+    v._first_failure = "Traceback (most recent call last):\n  ...\nImportError: no sympy"
+    for _ in range(pool._MAX_FAILED_STARTS - 1):
+        v._start_failed(0, "failed during start-up")
+    with pytest.raises(RuntimeError) as exc:
+        v._start_failed(0, "failed during start-up")
+    msg = str(exc.value)
+    assert "giving up after 3 failed starts" in msg and "ImportError: no sympy" in msg
+    assert 'if __name__ == "__main__":' in msg
