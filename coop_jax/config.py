@@ -22,12 +22,14 @@ KERNEL_IMPLS = ("auto", "xla", "pallas", "reference")
 
 
 def model_section(**overrides) -> ml_collections.ConfigDict:
-    """A model section: either `hf_path` (a local HF folder) or the architecture fields."""
+    """A model section: either `hf_path` (HF folder, .gguf file or Hub id) or the architecture
+    fields."""
     section = ml_collections.ConfigDict(dict(
         hf_path="", tokenizer="", family="qwen2", vocab_size=128, hidden_size=128,
         intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=0,
         rope_theta=10000.0, rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True,
         max_position_embeddings=512, param_dtype="float32", dtype="float32", remat=False,
+        keep_layers=0,  # with hf_path: keep only the first k decoder layers (0 = all)
     ))
     section.update(overrides)
     return section
@@ -99,6 +101,7 @@ def _positive(value, field, allow_zero=False):
 
 
 def _validate_model(section, field):
+    _positive(section.keep_layers, f"{field}.keep_layers", allow_zero=True)
     if section.hf_path:
         return
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",

@@ -290,7 +290,7 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
 
     from coop_jax import data, hf, sampling
 
-    from coop_jax.eval.evaluate import stop_token_ids
+    from coop_jax.models.tokenizer import stop_token_ids
 
     lm = hf.load(hf_path)
     tokenizer = lm.tokenizer()

@@ -12,6 +12,7 @@ import optax
 from coop_jax import models
 from coop_jax.data import format_prompt, tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
+from coop_jax.models.tokenizer import end_token_id
 from coop_jax.train_step import make_optimizer
 
 log = logging.getLogger("coop_jax")
@@ -23,7 +24,7 @@ def tokenize_responses(tokenizer, texts: list[str], max_len: int) -> tuple[np.nd
     mask = np.zeros((len(texts), max_len), bool)
     for i, text in enumerate(texts):
         toks = tokenizer(text, add_special_tokens=False)["input_ids"][:max_len - 1]
-        toks = toks + [tokenizer.eos_token_id]
+        toks = toks + [end_token_id(tokenizer)]
         ids[i, :len(toks)], mask[i, :len(toks)] = toks, True
     return ids, mask
 

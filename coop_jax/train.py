@@ -24,7 +24,7 @@ import tqdm
 
 from coop_jax import checkpoint, cooper, data, hf, parallel, rewards, rl, sampling
 from coop_jax import config as config_lib
-from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.models.tokenizer import load_tokenizer, stop_token_ids
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
 from coop_jax.train_step import (StepConfig, init_state, jit_step, make_optimizer, place_state,
                                  state_shardings)
@@ -58,10 +58,11 @@ def load_records(config) -> tuple[list[dict], list[dict], int]:
 
 
 def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
-    """(ModelConfig, params) from a local HF folder or from the architecture fields."""
+    """(ModelConfig, params) from `hf_path` (HF folder, .gguf or Hub id; an RM may start from a
+    causal LM, which gets a new head) or from the architecture fields."""
     if section.hf_path:
         lm = hf.load(section.hf_path, dtype=section.param_dtype, compute_dtype=section.dtype,
-                     mesh=mesh)
+                     mesh=mesh, num_labels=num_labels, keep_layers=section.keep_layers or None)
         if lm.config.num_labels != num_labels:
             raise ValueError(f"{section.hf_path} has num_labels={lm.config.num_labels}, expected "
                              f"{num_labels}")
@@ -200,7 +201,7 @@ class Trainer:
 
     def _build_sampler(self):
         c = self.config
-        common = dict(eos_ids=(self.tokenizer.eos_token_id,), pad_id=self.tokenizer.pad_token_id,
+        common = dict(eos_ids=stop_token_ids(self.tokenizer), pad_id=self.tokenizer.pad_token_id,
                       valid_vocab=self.valid_vocab, kernel_impl=c.kernels.impl,
                       max_new_tokens=c.rollout.max_new_tokens)
         self.rollout_cfg = sampling.SamplingConfig(

