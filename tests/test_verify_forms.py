@@ -52,12 +52,16 @@ LABELLED = [
     ("f(x)=1 \\text{ or } f(x)=-1", "\\boxed{f(x)=-1 \\text{ or } f(x)=1}", True),
     ("(a,b)=(4,1)", "\\boxed{(4,1)}", True), ("|PQ|=7", "\\boxed{7}", True),
     ("p=5,q=2", "\\boxed{q=2, p=5}", True), ("p=5,q=2", "\\boxed{(5,2)}", True),
+    ("(5,2),(7,2)", "\\boxed{p=5, q=2 \\text{ and } p=7, q=2}", True),
+    ("(5,2),(7,2)", "\\boxed{(p,q) \\in \\{(7,2),(5,2)\\}}", True), ("\\{2,3\\}", "\\boxed{a=3, b=2}", True),
     # the left-hand side is never the answer, and values keep their labels
     ("(4,1)", "\\boxed{(a,b)=(1,4)}", False), ("4", "\\boxed{(a,b)=(4,1)}", False),
     ("2:3", "\\boxed{AB:CD=3:2}", False), ("7", "\\boxed{|PQ|=8}", False),
     ("5", "\\boxed{|x|=5}", False), ("10", "\\boxed{2x=10}", False),
     ("(5,2),(7,2)", "\\boxed{p=2,q=5;p=2,q=7}", False), ("(5,2),(7,2)", "\\boxed{p=5,q=2}", False),
     ("p=5,q=2", "\\boxed{p=2, q=5}", False), ("p=5,q=2", "\\boxed{(2,5)}", False),
+    ("(5,2),(7,2)", "\\boxed{p=5, q=2, p=2, q=7}", False),
+    ("(5,2),(7,2)", "\\boxed{p=5, q=2, q=7}", False), ("(5,2),(7,2)", "\\boxed{(p,q) \\in \\{(5,2)\\}}", False),
     ("f(x)=1 \\text{ or } f(x)=-1", "\\boxed{f(x)=1}", False),
 ]
 
@@ -100,6 +104,7 @@ MATRICES_RATIOS = [
     ("\\begin{pmatrix}4&6\\\\4&6\\end{pmatrix}", f"\\boxed{{{_A}+{_B}}}", True),
     ("\\begin{pmatrix}5&8\\\\13&20\\end{pmatrix}", f"\\boxed{{{_A}{_B}}}", True),
     ("\\begin{pmatrix}2\\\\6\\end{pmatrix}", "\\boxed{2\\begin{pmatrix}1\\\\3\\end{pmatrix}}", True),
+    ("\\begin{pmatrix}5&8\\\\13&20\\end{pmatrix}", f"\\boxed{{{_A} \\cdot {_B}}}", True),
     (f"{_A} - {_B}", "\\boxed{\\begin{pmatrix}-2&-2\\\\2&2\\end{pmatrix}}", True),
     ("\\frac{7}{32}", "\\boxed{7:32}", True), ("7:32", "\\boxed{\\frac{7}{32}}", True),
     ("2:3", "\\boxed{\\frac{2}{3}}", True),

@@ -4,12 +4,16 @@ One policy for every dataset, precision first:
 
 * identical normalised strings match (this is also the only way an :class:`Opaque`
   answer -- unparseable or too expensive to evaluate -- can match);
-* scalars compare exactly (``Fraction``/sympy) before a 60-digit relative check, and a
-  percent sign may be read either way (``25\\%`` = ``25`` = ``0.25``);
+* scalars compare exactly (``Fraction``/sympy) before a 60-digit relative check; against a
+  percent, a bare number strictly between 0 and 1 is a proportion (``25\\%`` = ``0.25``) and
+  any other is the percentage without its sign (``25\\%`` = ``25``, ``100\\%`` != ``1``);
+* ``3,75`` is also the decimal 3.75 against a number (never with three digits after the
+  comma: ``12,500`` is 12500), and a clock-shaped ``7:32`` is also the ratio 7/32;
 * sets and bare comma lists are order-free, tuples are ordered, and a two-element tuple
   must keep its brackets (``[2,5)`` is not ``(2,5)``); a one-element set is its element;
-* a single-variable assignment ``x=5`` matches ``5``; other equations match up to a
-  non-zero factor, inequalities up to a positive one, and ``x > 2`` is ``(2, \\infty)``;
+* a labelled answer ``x=5`` / ``|PQ|=7`` / ``(a,b)=(4,1)`` matches its value; ``p=5, q=2``
+  is a labelled tuple; other equations match up to a non-zero factor, inequalities up to a
+  positive one, and ``x > 2`` is ``(2, \\infty)``;
 * ``\\pm`` expands to a two-element set, so ``\\pm 2021`` does not match ``2021``;
 * matrices match elementwise, and a column/row vector also matches a tuple;
 * base-``b`` answers (``52_8``) match the same digits, multiple-choice letters match the
@@ -117,15 +121,17 @@ def _percent_eq(r: Scalar, c: Scalar) -> bool:
 
 def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
     if r.alt is not None and c.alt is not None and _scalar_eq(r.alt, c.alt, depth):
-        return True  # "3,75" = "3,750"? no (thousands); "1,5" = "1,50": the same decimal
+        return True  # "1,5" = "1,50": both are the same decimal
     if len(r.items) != len(c.items):
         return False
+    kinds = {r.kind, c.kind}
     if r.labels and c.labels:  # "p=5, q=2" = "q=2, p=5"
         if sorted(r.labels) != sorted(c.labels):
             return False
         order = [c.labels.index(x) for x in r.labels]
         return _ordered(r.items, tuple(c.items[k] for k in order), depth)
-    kinds = {r.kind, c.kind}
+    if (r.labels or c.labels) and kinds & {"set", "bare"}:
+        return _unordered(r.items, c.items, depth)  # "a=2, b=3" against the set {2, 3}
     if kinds == {"tuple"}:
         if len(r.items) == 2 and (r.open, r.close) != (c.open, c.close):
             return False

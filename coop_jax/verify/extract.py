@@ -5,9 +5,13 @@ boxes such as ``\\boxed{3}, \\boxed{4}`` are joined so hedging is not rewarded),
 last ``#### x`` line (GSM8K), then the last "final answer / the answer is" phrase (a
 sentence after it is reduced to its value: "The largest $n$ is 34" -> ``34``), then the
 last ``A: x`` line, then the whole text when it is short and looks like a bare answer, and
-last a complete concluding sentence ("Therefore, the probability is 2/3."). Text after a
+last a complete concluding sentence ("Therefore, the probability is 2/3."). An answer phrase or
+an ``Answer`` heading may be followed by a math block on the next lines. Text after a
 chat-template token (``<|im_start|>`` ...) is ignored, and after ``</think>`` the answer
-is looked for first. All scans are linear in the text length, so megabyte inputs are cheap.
+is looked for first. A broken last box (its ``{`` never closes) means no answer, and so does
+a span that is not a whole answer (unbalanced braces, a dangling operator). All scans are
+linear in the text length, so megabyte inputs are cheap. :mod:`coop_jax.verify.strict` holds
+the strict modes.
 """
 
 from __future__ import annotations

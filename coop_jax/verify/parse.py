@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from coop_jax.verify import symbolic
 from coop_jax.verify.normalize import MAX_ANSWER_CHARS, brace_depth_ok
-from coop_jax.verify.relations import parse_relation
+from coop_jax.verify.relations import is_label, parse_relation
 from coop_jax.verify.values import (BaseNum, Choice, Matrix, Opaque, Relation, Scalar, Seq, Text,
                                     Union, Value)
 
@@ -158,15 +158,19 @@ def _decimal_comma(s: str) -> Scalar | None:
 
 
 def _labelled_tuple(items: tuple) -> Seq | None:
-    """``p=5, q=2`` -> the tuple ``(5, 2)`` labelled ``(p, q)``; None unless every item assigns
-    a different plain symbol."""
+    """``p=5, q=2`` -> the tuple ``(5, 2)`` labelled ``(p, q)``; ``p=5, q=2, p=7, q=2`` -> a
+    list of two such tuples. None unless every item assigns a plain symbol and the labels repeat
+    one block of at least two different symbols."""
     if len(items) < 2 or not all(isinstance(v, Relation) and v.assign and isinstance(v.lhs, Scalar)
                                  and _SYMBOL_RE.match(v.lhs.src.replace(" ", "")) for v in items):
         return None
     labels = tuple(v.lhs.src.replace(" ", "") for v in items)
-    if len(set(labels)) != len(labels):
+    k = len(set(labels))
+    if k < 2 or len(labels) % k or labels != labels[:k] * (len(labels) // k):
         return None  # "x=-2, x=1" is a list of values of x
-    return Seq(tuple(v.rhs for v in items), "tuple", "(", ")", labels)
+    tuples = tuple(Seq(tuple(v.rhs for v in items[i:i + k]), "tuple", "(", ")", labels[:k])
+                   for i in range(0, len(items), k))
+    return tuples[0] if len(tuples) == 1 else Seq(tuples, "bare")
 
 
 def _matrix_expr(s: str) -> Matrix | None:
@@ -289,7 +293,7 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
     if len(parts) > 1:
         return Union(tuple(parse_value(p) for p in parts))
     parts, _ = split_top(s, _IN_RE)
-    if len(parts) == 2 and _SYMBOL_RE.match(parts[0]):
+    if len(parts) == 2 and (_SYMBOL_RE.match(parts[0]) or is_label(parts[0])):
         return parse_value(parts[1])
     parts, seps = split_top(s, _REL_RE)
     if len(parts) > 1:
