@@ -76,3 +76,22 @@ def test_rule_verifier_uses_its_extraction_mode():
         got = v.verify_batch_detailed(refs, comps)
         assert [r.correct for r in got] == [False, True, False]
         assert [r.extracted for r in got] == [None, "18", None]
+
+
+def test_cli_extraction_flag(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    rows = [{"reference": "18", "completion": "so\n#### 18"},
+            {"reference": "18", "completion": "The answer is \\boxed{18}."}]
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmd = [sys.executable, "-m", "coop_jax.verify", "--in", str(inp), "--out", str(out),
+           "--workers", "1", "--extraction", "strict_hash"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(g["correct"], g["extracted"]) for g in got] == [(True, "18"), (False, None)]
+    proc = subprocess.run(cmd[:-1] + ["exact"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--extraction" in proc.stderr

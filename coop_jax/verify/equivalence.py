@@ -279,6 +279,8 @@ def _several_boxes(reference: str, completion: str, ref: str, cand: str) -> str 
     intermediate box (one box too many) or a hedge against a single-value reference is never
     read as part of the answer.
     """
+    if "box" not in completion and "box" not in reference:
+        return None  # the common case, decided without a scan
     boxes = final_boxes(completion)
     if len(boxes) >= 2 and _collection_size(ref) == len(boxes):
         joined = ", ".join(boxes)

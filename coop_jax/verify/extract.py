@@ -17,6 +17,7 @@ the strict modes.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from coop_jax.verify.strict import EXTRACTION_MODES, check_mode, strict_boxed, strict_hash
 
@@ -82,7 +83,8 @@ def _matching_braces(text: str, opens: set[int]) -> dict[int, int]:
     return out
 
 
-def _boxes(text: str) -> tuple[list[tuple[int, int, str]], bool]:
+@lru_cache(maxsize=8)  # the same text is scanned by several extraction steps
+def _boxes(text: str) -> tuple[tuple[tuple[int, int, str], ...], bool]:
     """Outermost ``\\boxed``/``\\fbox`` groups as (start, end, content), and whether the last
     box command is broken (its ``{`` never closes, as in a truncated or garbled answer)."""
     hits = []
@@ -92,7 +94,7 @@ def _boxes(text: str) -> tuple[list[tuple[int, int, str]], bool]:
             j += 1
         hits.append((m.start(), j))
     if not hits:
-        return [], False
+        return (), False
     opens = {j for _, j in hits if j < len(text) and text[j] == "{"}
     closes = _matching_braces(text, opens) if opens else {}
     boxes: list[tuple[int, int, str]] = []
@@ -112,7 +114,7 @@ def _boxes(text: str) -> tuple[list[tuple[int, int, str]], bool]:
                 last_end = j + m.end()
         else:
             broken = True
-    return boxes, broken
+    return tuple(boxes), broken
 
 
 def all_boxed(text: str) -> list[str]:

@@ -38,6 +38,7 @@ _DEGREES = re.compile(
 # "45\\%", "45 percent", "45 per cent", "45 pct", "45 percentage" (points).
 _PERCENT = re.compile(r"\\%|%|\\text\{\s*(?:per\s?cent(?:age)?s?|pct)\s*\}"
                       r"|\s*\b(?:per\s?cent(?:age)?s?|pct)\b(?:\s+points?\b)?", re.IGNORECASE)
+_VERT = re.compile(r"\\[lr]?vert(?![a-zA-Z])")
 _THOUSANDS_TEX = re.compile(r"\{,\}|,\\!\s*|,\\,(?=\d{3})")
 
 UNITS = (
@@ -244,7 +245,8 @@ def normalize(answer: str) -> Normalized:
     s = re.sub(r"\\(?:varnothing)(?![a-zA-Z])", r"\\emptyset", s)
     s = re.sub(r"\\infinity|(?<![\\a-zA-Z])infinity|(?<![\\a-zA-Z])inf(?![a-zA-Z])", r"\\infty", s)
     s = re.sub(r"\\(?:lbrace)(?![a-zA-Z])", r"\\{", s)
-    s = re.sub(r"\\[lr]?vert(?![a-zA-Z])", "|", s)
+    if "vert" in s:
+        s = _VERT.sub("|", s)
     s = re.sub(r"\\langle(?![a-zA-Z])", "(", s)
     s = re.sub(r"\\rangle(?![a-zA-Z])", ")", s)
     s = _REALS.sub(r"(-\\infty, \\infty)", s)
