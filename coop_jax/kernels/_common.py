@@ -18,12 +18,19 @@ GREEDY_TEMPERATURE = 1e-6
 IMPLS = ("auto", "reference", "xla", "pallas", "pallas_tpu", "pallas_gpu")
 
 
-def resolve_impl(impl: str, interpret: object) -> str:
-    """Map ``impl`` (see ``IMPLS``) to a concrete one: reference, xla, pallas_tpu or pallas_gpu."""
+def resolve_impl(impl: str, interpret: object, on_mesh: bool = False) -> str:
+    """Map ``impl`` (see ``IMPLS``) to a concrete one: reference, xla, pallas_tpu or pallas_gpu.
+
+    ``on_mesh``: the arrays' mesh is known, so the Pallas kernels can be wrapped in shard_map.
+    Otherwise, with several devices XLA might still partition the call, which a Mosaic/Triton
+    kernel cannot survive, so ``auto`` takes the xla path there.
+    """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     backend = jax.default_backend()
     if impl == "auto":
+        if not on_mesh and jax.device_count() > 1:
+            return "xla"
         return {"tpu": "pallas_tpu", "gpu": "pallas_gpu"}.get(backend, "xla")
     if impl == "pallas":
         if backend in ("tpu", "gpu"):
@@ -100,6 +107,16 @@ def finish_stats(m: jax.Array, s: jax.Array, t: jax.Array
     log_s = jnp.log(s)
     mean_d = t / s
     return m + log_s, m + mean_d, log_s - mean_d
+
+
+def finish_logprobs(m: jax.Array, s: jax.Array, t: jax.Array, zt: jax.Array,
+                    targets: jax.Array, vocab: int
+                    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(logp, entropy, lse, E[z]) from the statistics and target logit ``zt``; rows whose
+    target is outside [0, vocab) get logp = entropy = 0."""
+    lse, ez, ent = finish_stats(m, s, t)
+    ok = (targets >= 0) & (targets < vocab)
+    return jnp.where(ok, zt - lse, 0.0), jnp.where(ok, ent, 0.0), lse, ez
 
 
 def dlogits(z: jax.Array, valid: jax.Array, onehot: jax.Array, lse: jax.Array, ez: jax.Array,

@@ -9,15 +9,17 @@ import jax.numpy as jnp
 
 from coop_jax.kernels import _common
 from coop_jax.kernels import pallas_gpu
+from coop_jax.kernels import partition
 from coop_jax.kernels import pallas_tpu
 from coop_jax.kernels import reference
 from coop_jax.kernels import xla_impl
+from coop_jax.kernels.partition import COLS, REPLICATED, ROWS
 
 
 class _Spec(NamedTuple):
     impl: str
-    vocab_tile: int
-    row_tile: int
+    vocab_tile: int | None  # None: the Pallas kernel's VMEM/dtype-derived choice
+    row_tile: int | None
     interpret: Any
     valid_vocab: int  # static bound: columns >= it do not exist
 
@@ -31,20 +33,55 @@ def _xla_bwd(spec, h, w, tgt, temp, lse, ez, g_lp, g_ent):
                                  spec.valid_vocab)
 
 
-def _pallas(module, name):
-    def run(spec, *args):
-        return getattr(module, name)(*args, row_tile=spec.row_tile, vocab_tile=spec.vocab_tile,
-                                     interpret=spec.interpret, valid_vocab=spec.valid_vocab)
+def _merge_shards(m, s, t, zt):
+    """Statistics of the vocabulary shards stacked on axis 0 -> one set per row."""
+    return (*_common.merge_stats(m, s, t, axis=0), jnp.sum(zt, axis=0))
+
+
+def _pallas_fwd(module):
+    def run(spec, hidden, unembed, targets, temperature):
+        lay = partition.layout(hidden, unembed)
+
+        def local(h, w, tgt, temp):
+            offsets, local_valid = partition.local_columns(lay, h.shape[0], w.shape[1],
+                                                           spec.valid_vocab)
+            stats = module.logprobs_stats(h, w, tgt, temp, offsets, row_tile=spec.row_tile,
+                                          vocab_tile=spec.vocab_tile, interpret=spec.interpret,
+                                          local_valid=local_valid, valid_vocab=spec.valid_vocab)
+            return partition.combine_vocab(lay, stats, _merge_shards)
+
+        stats = partition.run(lay, local, (hidden, unembed, targets, temperature),
+                              (ROWS, COLS, ROWS, REPLICATED), ROWS)
+        return _common.finish_logprobs(*stats, targets, spec.valid_vocab)
     return run
 
 
-# impl -> (forward: (logp, entropy, lse, E[z]), backward: (dh, dW), default tiles (row, vocab))
+def _pallas_bwd(module):
+    def run(spec, hidden, unembed, targets, temperature, lse, ez, g_lp, g_ent):
+        lay = partition.layout(hidden, unembed)
+
+        def local(h, w, tgt, temp, *row_args):
+            offsets, local_valid = partition.local_columns(lay, h.shape[0], w.shape[1],
+                                                           spec.valid_vocab)
+            dh, dw = module.logprobs_bwd(h, w, tgt, temp, offsets, *row_args,
+                                         row_tile=spec.row_tile, vocab_tile=spec.vocab_tile,
+                                         interpret=spec.interpret, local_valid=local_valid,
+                                         valid_vocab=spec.valid_vocab)
+            return partition.psum(lay, dh, COLS), partition.psum(lay, dw, ROWS)
+
+        dh, dw = partition.run(lay, local, (hidden, unembed, targets, temperature, lse, ez, g_lp,
+                                            g_ent), (ROWS, COLS, ROWS, REPLICATED) + (ROWS,) * 4,
+                               (ROWS, COLS))
+        return partition.like(dh, hidden), partition.like(dw, unembed)
+    return run
+
+
+# impl -> (forward: (logp, entropy, lse, E[z]), backward: (dh, dW)); Pallas tiles default to
+# per-kernel choices of the kernel modules (None), xla's to default_xla_vocab_tile.
 _BACKENDS = {
-    "xla": (_xla_fwd, _xla_bwd, None),
-    "pallas_tpu": (_pallas(pallas_tpu, "logprobs_fwd"), _pallas(pallas_tpu, "logprobs_bwd"),
-                   (pallas_tpu.DEFAULT_ROW_TILE, pallas_tpu.DEFAULT_VOCAB_TILE)),
-    "pallas_gpu": (_pallas(pallas_gpu, "logprobs_fwd"), _pallas(pallas_gpu, "logprobs_bwd"),
-                   (pallas_gpu.DEFAULT_ROW_TILE, pallas_gpu.DEFAULT_VOCAB_TILE)),
+    "xla": (_xla_fwd, _xla_bwd),
+    "pallas_tpu": (_pallas_fwd(pallas_tpu), _pallas_bwd(pallas_tpu)),
+    "pallas_gpu": (_pallas_fwd(pallas_gpu), _pallas_bwd(pallas_gpu)),
 }
 
 
@@ -103,10 +140,14 @@ def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
         "xla" (scan over vocab tiles), "pallas" (TPU or GPU kernel by backend; on CPU the TPU
         kernel in interpret mode), "pallas_tpu" / "pallas_gpu" (force one kernel flavour).
       interpret: Pallas interpret mode: False, True or ``pltpu.InterpretParams(...)``.
-      vocab_tile, row_tile: tile sizes (defaults per impl).
+      vocab_tile, row_tile: tile sizes (None: per impl; the Mosaic kernels take the largest that
+        fit the chip's VMEM for this dtype).
       valid_vocab: static Python int in [1, V] (None = V). Columns >= valid_vocab are treated as
         absent, exactly like ``unembed[:, :valid_vocab]`` but without copying [D, V]; their dW
         is 0.
+
+    On a device mesh (ambient, or the one the arrays are committed to) the Pallas kernels run
+    per shard under ``jax.shard_map``, see ``partition.py``.
 
     Returns:
       (logp [N], entropy [N]), float32. Differentiable w.r.t. hidden and unembed; the backward
@@ -114,20 +155,18 @@ def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
     """
     _validate(hidden, unembed, targets, temperature)
     valid_vocab = _common.resolve_valid_vocab(valid_vocab, unembed.shape[1])
-    impl = _common.resolve_impl(impl, interpret)
+    impl = _common.resolve_impl(impl, interpret, partition.layout(hidden, unembed) is not None)
     temp = jnp.asarray(temperature, jnp.float32)
     if temp.shape != ():
         raise ValueError(f"temperature must be a scalar, got shape {temp.shape}")
     if impl == "reference":
         return reference.logprobs(hidden, unembed, targets, jax.lax.stop_gradient(temp),
                                   valid_vocab)
-    defaults = _BACKENDS[impl][2]
-    if vocab_tile is None:
-        vocab_tile = (defaults[1] if defaults else
-                      _common.default_xla_vocab_tile(hidden.shape[0], valid_vocab))
-    if defaults is None:
+    if impl == "xla":
+        unembed = partition.unsplit_vocab(unembed)
+        if vocab_tile is None:
+            vocab_tile = _common.default_xla_vocab_tile(hidden.shape[0], valid_vocab)
         _common.check_tile("vocab_tile", vocab_tile, 1)
-    row_tile = row_tile if row_tile is not None else (defaults[0] if defaults else 0)
     dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
     spec = _Spec(impl, vocab_tile, row_tile, interpret, valid_vocab)
     return _fused(spec, hidden.astype(dtype), unembed.astype(dtype), targets.astype(jnp.int32),

@@ -9,8 +9,10 @@ two). Design:
     atomically adds dx @ W^T into a padded f32 dh and h^T @ dx into a padded f32 dW (the
     cut-cross-entropy scheme); the accumulators are zero inputs aliased to the outputs;
   * sampler: grid (row blocks, vocab tiles), one set of partials per program, merged in XLA.
-Only the first ``valid_vocab`` (static, <= V) columns are loaded and computed; the rest are
-absent (their dW stays at the zero the accumulator starts from).
+As in ``pallas_tpu``, a kernel may see one vocabulary shard: ``offsets`` int32[2] holds the
+global index of its first row and column; only local columns below ``local_valid`` whose global
+index is below ``valid_vocab`` (both static) are loaded and computed; the rest are absent (their
+dW stays at the zero the accumulator starts from).
 f32 matmuls use Triton's default TF32 precision, as XLA does on GPU. Untested on GPU hardware:
 only interpret mode runs in CI.
 """
@@ -42,13 +44,14 @@ def _pow2(name: str, value: int) -> None:
 
 
 class _Geo:
-    """Static tiling of an [n, dim] x [dim, vocab] problem using the first ``valid`` columns."""
+    """Static tiling of an [n, dim] x [dim, vocab] problem using the first ``valid`` local
+    columns of a vocabulary whose global ids stop at ``total``."""
 
-    def __init__(self, n: int, dim: int, vocab: int, valid: int, row_tile: int,
+    def __init__(self, n: int, dim: int, vocab: int, valid: int, total: int, row_tile: int,
                  vocab_tile: int):
         _pow2("row_tile", row_tile)
         _pow2("vocab_tile", vocab_tile)
-        self.n, self.dim, self.vocab, self.valid = n, dim, vocab, valid
+        self.n, self.dim, self.vocab, self.valid, self.total = n, dim, vocab, valid, total
         self.bn = min(row_tile, max(16, pl.next_power_of_2(n)))
         self.bv = min(vocab_tile, max(16, pl.next_power_of_2(valid)))
         self.bd = min(DIM_TILE, max(16, pl.next_power_of_2(dim)))
@@ -66,10 +69,18 @@ def _params(num_warps: int = 4) -> plgpu.CompilerParams:
     return plgpu.CompilerParams(num_warps=num_warps, num_stages=2)
 
 
-def _logits_tile(h_ref, w_ref, row0, col0, g: _Geo, bn: int) -> tuple[jax.Array, jax.Array]:
-    """f32 [bn, bv] logits of rows [row0, row0 + bn) and columns [col0, col0 + bv)."""
-    cols = col0 + jnp.arange(g.bv, dtype=jnp.int32)
-    col_ok = cols < g.valid
+def _columns(off_ref, col0, g: _Geo) -> tuple[jax.Array, jax.Array]:
+    """Global ids [bv] of local columns [col0, col0 + bv) and the mask of those that exist."""
+    local = col0 + jnp.arange(g.bv, dtype=jnp.int32)
+    cols = off_ref[1] + local
+    return cols, (local < g.valid) & (cols < g.total)
+
+
+def _logits_tile(h_ref, w_ref, off_ref, row0, col0, g: _Geo, bn: int
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """f32 [bn, bv] logits of local rows [row0, row0 + bn) and columns [col0, col0 + bv), with
+    the global column ids and the column mask broadcast to [bn, bv]."""
+    cols, col_ok = _columns(off_ref, col0, g)
 
     def body(k, acc):
         dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
@@ -81,7 +92,8 @@ def _logits_tile(h_ref, w_ref, row0, col0, g: _Geo, bn: int) -> tuple[jax.Array,
         return acc + jnp.dot(h, w, preferred_element_type=jnp.float32)
 
     acc = lax.fori_loop(0, g.d_pad // g.bd, body, jnp.zeros((bn, g.bv), jnp.float32))
-    return acc, jnp.broadcast_to(cols[None, :], (bn, g.bv))
+    return (acc, jnp.broadcast_to(cols[None, :], (bn, g.bv)),
+            jnp.broadcast_to(col_ok[None, :], (bn, g.bv)))
 
 
 def _full(shape) -> pl.BlockSpec:
@@ -90,7 +102,8 @@ def _full(shape) -> pl.BlockSpec:
 
 # ----------------------------------------------------------------------------- log-probs
 
-def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *, g: _Geo):
+def _fwd_kernel(temp_ref, off_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *,
+                g: _Geo):
     i, sp = pl.program_id(0), pl.program_id(1)
     temp = temp_ref[0]
     tgt = tgt_ref[...][:, None]
@@ -99,9 +112,8 @@ def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *,
 
     def body(jt, carry):
         m, s, t, zt = carry
-        x, cols = _logits_tile(h_ref, w_ref, i * g.bn, jt * g.bv, g, g.bn)
+        x, cols, valid = _logits_tile(h_ref, w_ref, off_ref, i * g.bn, jt * g.bv, g, g.bn)
         z = x / temp
-        valid = cols < g.valid
         m, s, t = _common.update_stats(m, s, t, z, valid)
         zt = zt + jnp.sum(jnp.where(valid & (cols == tgt), z, 0.0), axis=1, keepdims=True)
         return m, s, t, zt
@@ -112,44 +124,44 @@ def _fwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, m_ref, s_ref, t_ref, zt_ref, *,
         ref[...] = jnp.squeeze(val, 1)
 
 
-def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-                 temperature: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
-                 valid_vocab: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def logprobs_stats(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
+                   temperature: jax.Array, offsets: jax.Array, *, row_tile: int | None,
+                   vocab_tile: int | None, interpret, local_valid: int, valid_vocab: int
+                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Same contract as ``pallas_tpu.logprobs_stats``."""
     n, dim = hidden.shape
-    g = _Geo(n, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
+    g = _Geo(n, dim, unembed.shape[1], local_valid, valid_vocab, row_tile or DEFAULT_ROW_TILE,
+             vocab_tile or DEFAULT_VOCAB_TILE)
     splits = _common.cdiv(g.tiles, TILES_PER_PROGRAM)
     part = pl.BlockSpec((None, g.bn), lambda i, sp: (sp, i))
     m, s, t, zt = pl.pallas_call(
         functools.partial(_fwd_kernel, g=g),
         grid=(g.n_pad // g.bn, splits),
-        in_specs=[_full((1,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad)),
+        in_specs=[_full((1,)), _full((2,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad)),
                   pl.BlockSpec((g.bn,), lambda i, sp: (i,))],
         out_specs=[part] * 4,
         out_shape=[jax.ShapeDtypeStruct((splits, g.n_pad), jnp.float32)] * 4,
         compiler_params=_params(),
         interpret=interpret,
         name="fused_logprobs_fwd_triton",
-    )(temperature.reshape(1), _pad_rows(hidden, g.n_pad), unembed,
+    )(temperature.reshape(1), offsets, _pad_rows(hidden, g.n_pad), unembed,
       _pad_rows(targets, g.n_pad, -1))
     m, s, t = _common.merge_stats(m, s, t, axis=0)
-    lse, ez, ent = _common.finish_stats(m, s, t)
-    ok = (targets >= 0) & (targets < g.valid)
-    logp = jnp.where(ok, jnp.sum(zt, axis=0)[:n] - lse[:n], 0.0)
-    return logp, jnp.where(ok, ent[:n], 0.0), lse[:n], ez[:n]
+    return m[:n], s[:n], t[:n], jnp.sum(zt, axis=0)[:n]
 
 
-def _bwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_ref,
+def _bwd_kernel(temp_ref, off_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_ref,
                 dh_in, dw_in, dh_ref, dw_ref, *, g: _Geo):
     del dh_in, dw_in  # aliased to dh_ref / dw_ref
     i, j = pl.program_id(0), pl.program_id(1)
     temp = temp_ref[0]
     row0, col0 = i * g.bn, j * g.bv
-    x, cols = _logits_tile(h_ref, w_ref, row0, col0, g, g.bn)
+    x, cols, valid = _logits_tile(h_ref, w_ref, off_ref, row0, col0, g, g.bn)
     col = lambda r: r[...][:, None]
-    dx = _common.dlogits(x / temp, cols < g.valid, cols == col(tgt_ref), col(lse_ref),
+    dx = _common.dlogits(x / temp, valid, cols == col(tgt_ref), col(lse_ref),
                          col(ez_ref), col(glp_ref), col(gent_ref), temp)
     dx = dx.astype(w_ref.dtype)
-    col_ok = (col0 + jnp.arange(g.bv, dtype=jnp.int32)) < g.valid
+    _, col_ok = _columns(off_ref, col0, g)
 
     def body(k, carry):
         dk = k * g.bd + jnp.arange(g.bd, dtype=jnp.int32)
@@ -168,26 +180,29 @@ def _bwd_kernel(temp_ref, h_ref, w_ref, tgt_ref, lse_ref, ez_ref, glp_ref, gent_
 
 
 def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
-                 temperature: jax.Array, lse: jax.Array, ez: jax.Array, g_lp: jax.Array,
-                 g_ent: jax.Array, *, row_tile: int, vocab_tile: int, interpret,
-                 valid_vocab: int) -> tuple[jax.Array, jax.Array]:
+                 temperature: jax.Array, offsets: jax.Array, lse: jax.Array, ez: jax.Array,
+                 g_lp: jax.Array, g_ent: jax.Array, *, row_tile: int | None,
+                 vocab_tile: int | None, interpret, local_valid: int, valid_vocab: int
+                 ) -> tuple[jax.Array, jax.Array]:
     n, dim = hidden.shape
-    g = _Geo(n, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
+    g = _Geo(n, dim, unembed.shape[1], local_valid, valid_vocab, row_tile or DEFAULT_ROW_TILE,
+             vocab_tile or DEFAULT_VOCAB_TILE)
     row = pl.BlockSpec((g.bn,), lambda i, j: (i,))
     pad = functools.partial(_pad_rows, rows=g.n_pad)
     dh, dw = pl.pallas_call(
         functools.partial(_bwd_kernel, g=g),
         grid=(g.n_pad // g.bn, g.tiles),
-        in_specs=[_full((1,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))]
+        in_specs=[_full((1,)), _full((2,)), _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))]
         + [row] * 5 + [_full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
         out_specs=[_full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
         out_shape=[jax.ShapeDtypeStruct((g.n_pad, g.d_pad), jnp.float32),
                    jax.ShapeDtypeStruct((g.d_pad, g.v_pad), jnp.float32)],
-        input_output_aliases={8: 0, 9: 1},
+        input_output_aliases={9: 0, 10: 1},
         compiler_params=_params(num_warps=8),  # dx tile + two partial products live at once
         interpret=interpret,
         name="fused_logprobs_bwd_triton",
-    )(temperature.reshape(1), pad(hidden), unembed, pad(targets, value=-1), pad(lse), pad(ez),
+    )(temperature.reshape(1), offsets, pad(hidden), unembed, pad(targets, value=-1), pad(lse),
+      pad(ez),
       pad(g_lp), pad(g_ent), jnp.zeros((g.n_pad, g.d_pad), jnp.float32),
       jnp.zeros((g.d_pad, g.v_pad), jnp.float32))
     return dh[:n, :dim].astype(hidden.dtype), dw[:dim, :g.vocab].astype(unembed.dtype)
@@ -195,17 +210,16 @@ def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
 
 # ----------------------------------------------------------------------------- sampler
 
-def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref, bi_ref, bz_ref,
-                   *cand_refs, g: _Geo, num_cand: int):
+def _sample_kernel(key_ref, off_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
+                   bi_ref, bz_ref, *cand_refs, g: _Geo, num_cand: int):
     i, j = pl.program_id(0), pl.program_id(1)
     temp = temp_ref[...][:, None]
     greedy = temp <= _common.GREEDY_TEMPERATURE
-    x, cols = _logits_tile(h_ref, w_ref, i * g.bn, j * g.bv, g, g.bn)
+    x, cols, valid = _logits_tile(h_ref, w_ref, off_ref, i * g.bn, j * g.bv, g, g.bn)
     z = x / jnp.where(greedy, 1.0, temp)
-    rows = i * g.bn + jnp.arange(g.bn, dtype=jnp.int32)[:, None]
-    valid = cols < g.valid
+    rows = off_ref[0] + i * g.bn + jnp.arange(g.bn, dtype=jnp.int32)[:, None]
     m, s, t = _common.update_stats(*_common.init_stats(g.bn), z, valid)
-    noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.valid)
+    noise = rng.gumbel_at(key_ref[0], key_ref[1], rows, cols, g.total)
     score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
     best = jnp.max(score, axis=1, keepdims=True)
     pos = jnp.min(jnp.where(score == best, cols, _common.INT_MAX), axis=1, keepdims=True)
@@ -221,12 +235,13 @@ def _sample_kernel(key_ref, temp_ref, h_ref, w_ref, m_ref, s_ref, t_ref, bs_ref,
 
 
 def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
-                    temperature: jax.Array, num_cand: int, *, row_tile: int, vocab_tile: int,
-                    interpret, valid_vocab: int):
+                    temperature: jax.Array, offsets: jax.Array, num_cand: int, *,
+                    row_tile: int | None, vocab_tile: int | None, interpret, local_valid: int,
+                    valid_vocab: int):
     """Same contract as ``pallas_tpu.sample_partials``."""
     b, dim = hidden.shape
-    g = _Geo(b, dim, unembed.shape[1], valid_vocab, row_tile, vocab_tile)
-    rng.check_counter_range(g.n_pad, g.valid)
+    g = _Geo(b, dim, unembed.shape[1], local_valid, valid_vocab,
+             row_tile or DEFAULT_SAMPLE_ROW_TILE, vocab_tile or DEFAULT_SAMPLE_VOCAB_TILE)
     c = min(num_cand, g.bv)
     part = pl.BlockSpec((None, g.bn), lambda i, j: (j, i))
     f32 = jax.ShapeDtypeStruct((g.tiles, g.n_pad), jnp.float32)
@@ -240,14 +255,14 @@ def sample_partials(words: jax.Array, hidden: jax.Array, unembed: jax.Array,
     out = pl.pallas_call(
         functools.partial(_sample_kernel, g=g, num_cand=c),
         grid=(g.n_pad // g.bn, g.tiles),
-        in_specs=[_full((2,)), pl.BlockSpec((g.bn,), lambda i, j: (i,)),
+        in_specs=[_full((2,)), _full((2,)), pl.BlockSpec((g.bn,), lambda i, j: (i,)),
                   _full((g.n_pad, g.d_pad)), _full((g.d_pad, g.v_pad))],
         out_specs=out_specs,
         out_shape=out_shape,
         compiler_params=_params(),
         interpret=interpret,
         name="fused_sample_triton",
-    )(words, _pad_rows(temperature, g.n_pad, 1.0), _pad_rows(hidden, g.n_pad), unembed)
+    )(words, offsets, _pad_rows(temperature, g.n_pad, 1.0), _pad_rows(hidden, g.n_pad), unembed)
     m, s, t, best_s, best_i, best_z = (o[:, :b, None] for o in out[:6])
     cands = (out[6][:, :b, :c], out[7][:, :b, :c]) if c else None
     return (m, s, t), best_s, best_i, best_z, cands

@@ -11,40 +11,54 @@ from coop_jax.kernels import _common
 from coop_jax.kernels import filtering
 from coop_jax.kernels import pallas_gpu
 from coop_jax.kernels import pallas_tpu
+from coop_jax.kernels import partition
 from coop_jax.kernels import reference
 from coop_jax.kernels import rng
 from coop_jax.kernels import xla_impl
+from coop_jax.kernels.partition import COLS, REPLICATED, ROWS
 
 DEFAULT_MAX_CANDIDATES = 128
 
 
 def _merge_partials(stats, best_s, best_i, best_z, cands, num_cand):
-    """Reduce per-vocab-tile partials ([tiles, B, 1], candidates [tiles, B, c]) to one row each."""
+    """Reduce partials stacked on axis 0 (per vocab tile or per vocab shard, lowest columns
+    first; [parts, B, 1], candidates [parts, B, c]) to one [B, 1] / [B, num_cand] set."""
     m, s, t = _common.merge_stats(*stats, axis=0)
-    tile = jnp.argmax(best_s, axis=0)[None]  # first tile wins ties = lowest vocab index
-    best_i = jnp.take_along_axis(best_i, tile, axis=0)[0]
-    best_z = jnp.take_along_axis(best_z, tile, axis=0)[0]
+    part = jnp.argmax(best_s, axis=0)[None]  # first part wins ties = lowest vocab index
+    best_s = jnp.take_along_axis(best_s, part, axis=0)[0]
+    best_i = jnp.take_along_axis(best_i, part, axis=0)[0]
+    best_z = jnp.take_along_axis(best_z, part, axis=0)[0]
     if cands is None:
-        return (m, s, t), best_i, best_z, None, None
+        return (m, s, t), best_s, best_i, best_z, None
     cz, ci = (jnp.swapaxes(c, 0, 1).reshape(c.shape[1], -1) for c in cands)
-    cand_z, pos = lax.top_k(cz, num_cand)
-    return (m, s, t), best_i, best_z, cand_z, jnp.take_along_axis(ci, pos, axis=1)
+    cand_z, pos = lax.top_k(cz, min(num_cand, cz.shape[1]))
+    return (m, s, t), best_s, best_i, best_z, (cand_z, jnp.take_along_axis(ci, pos, axis=1))
 
 
 def _pallas(module):
     def run(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret,
             vocab):
-        parts = module.sample_partials(
-            words, hidden, unembed, temperature, num_cand,
-            row_tile=row_tile or module.DEFAULT_SAMPLE_ROW_TILE,
-            vocab_tile=vocab_tile or module.DEFAULT_SAMPLE_VOCAB_TILE, interpret=interpret,
-            valid_vocab=vocab)
-        return _merge_partials(*parts, num_cand)
+        lay = partition.layout(hidden, unembed)
+        merge = lambda *parts: _merge_partials(*parts, num_cand)
+
+        def local(words, h, w, temp):
+            offsets, local_valid = partition.local_columns(lay, h.shape[0], w.shape[1], vocab)
+            parts = module.sample_partials(words, h, w, temp, offsets, num_cand,
+                                           row_tile=row_tile, vocab_tile=vocab_tile,
+                                           interpret=interpret, local_valid=local_valid,
+                                           valid_vocab=vocab)
+            return partition.combine_vocab(lay, merge(*parts), merge)
+
+        stats, _, best_i, best_z, cands = partition.run(
+            lay, local, (words, hidden, unembed, temperature), (REPLICATED, ROWS, COLS, ROWS),
+            ROWS)
+        return (stats, best_i, best_z) + (cands if cands is not None else (None, None))
     return run
 
 
 def _xla(words, hidden, unembed, temperature, num_cand, vocab_tile, row_tile, interpret, vocab):
     del row_tile, interpret
+    unembed = partition.unsplit_vocab(unembed)
     tile = vocab_tile or _common.default_xla_vocab_tile(hidden.shape[0], vocab)
     return xla_impl.sample(words, hidden, unembed, temperature, num_cand, tile, vocab)
 
@@ -74,7 +88,8 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
       key: one PRNG key (typed or raw uint32[2], threefry2x32).
       hidden: [B, D]; unembed: [D, V]; temperature: [B] or scalar.
       top_k: static int, 0 = off. top_p: static float in (0, 1], 1.0 = off.
-      impl / interpret / vocab_tile / row_tile: as in ``fused_logprobs``.
+      impl / interpret / vocab_tile / row_tile: as in ``fused_logprobs`` (also the shard_map
+        partitioning of the Pallas kernels on a mesh).
       valid_vocab: static Python int in [1, V] (None = V). The result is identical to passing
         ``unembed[:, :valid_vocab]`` (same tokens for the same key: the noise is that of a
         (B, valid_vocab) draw), without copying [D, V]; ids >= valid_vocab are never sampled.
@@ -91,7 +106,7 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
     num_cand = filtering.num_candidates(top_k, top_p, max_candidates, vocab)
     filtered = top_k > 0 or top_p < 1.0
-    impl = _common.resolve_impl(impl, interpret)
+    impl = _common.resolve_impl(impl, interpret, partition.layout(hidden, unembed) is not None)
     if impl == "reference":
         return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates,
                                 vocab)
