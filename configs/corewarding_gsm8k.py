@@ -1,5 +1,5 @@
-"""Co-rewarding on GSM8K with the hyper-parameters of the released scripts
-(tmlr-group/Co-rewarding: Co-rewarding-I/run_corewarding-I.sh, Co-rewarding-II/run_corewarding-II.sh).
+"""Co-rewarding on GSM8K with the hyper-parameters of the released scripts (tmlr-group/Co-rewarding:
+Co-rewarding-I/run_corewarding-I.sh and Co-rewarding-II/run_corewarding-II.sh).
 
 The variant is the config argument: `:1` (Co-rewarding-I, cross-view labels from a rephrased
 question) or `:2` (Co-rewarding-II, labels from a slowly-updated EMA teacher).
@@ -14,7 +14,7 @@ Shared: actor lr 3e-6 with a cosine schedule after a 10% linear warm-up (`optim.
 follows `train.steps`), G = 8, 128 prompts per step in one mini-batch (ppo_mini_batch = batch),
 clip 0.2, token-mean, low-variance (k3) KL loss, no entropy bonus, prompts/responses 512/3072,
 answers in \\boxed{} under the model's chat template, 3 epochs. KL coefficient 0.005 for I and 0.001
-for II; II's teacher decay runs from 0.01 to 1e-5 over the run (ALGORITHMS.md).
+for II; II's teacher decay runs from 0.01 to 1e-5 over the run (docs/ALGORITHMS.md).
 """
 from coop_jax.config import base_config
 

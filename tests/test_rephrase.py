@@ -66,6 +66,7 @@ def test_judge_keeps_only_new_nonempty_questions_without_answers():
     assert rephrase.judge(q, "tom has 3   apples. how many?") == (None, "unchanged")
     assert rephrase.judge(q, "Jo has 3 pears... so 3. #### 3") == (None, "contains_answer")
     assert rephrase.judge(q, "Jo: \\boxed{3}") == (None, "contains_answer")
+    assert rephrase.judge(q, "Jo owns 3 pears. The answer is 3.") == (None, "contains_answer")
     system, user = rephrase.rephrase_messages(" " + q + "\n")
     assert system == {"role": "system", "content": rephrase.REPHRASE_SYSTEM_PROMPT}
     assert user == {"role": "user", "content": f"Problem:\n{q}\n\nRewritten problem:"}

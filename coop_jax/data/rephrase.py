@@ -7,9 +7,9 @@ view of each question that Co-rewarding-I trains on.
 
 The paraphrase comes from a local HF causal LM sampled with coop_jax, or from an OpenAI-compatible
 chat endpoint (Co-rewarding's rewrite_questions.py samples Qwen3-32B at T=0.7, top-p 0.8; those are
-the defaults). A rephrasing is kept only if it is non-empty, differs from the original, and holds
-no worked answer (`####`, `\\boxed`); rejected rows are left out of the copy, as the reference
-drops the questions it failed to rewrite. Writes into OUT:
+the defaults). A rephrasing is kept only if it is non-empty, differs from the original, and
+states no answer (`####`, `\\boxed`, "the answer is"); rejected rows are left out of the copy, as
+the reference drops the questions it failed to rewrite. Writes into OUT:
   <split>.jsonl           the kept rows: every field of the input row, plus `id` and `rephrased`;
   <split>.rejected.jsonl  one line per rejected row: id, reason, reply;
   <split>.rephrase.json   the summary (kept fraction, counts by reason, time);
@@ -44,7 +44,7 @@ REASONS = ("empty", "unchanged", "contains_answer", "no_reply")
 RETRIED = ("no_reply",)
 _LABEL = re.compile(r"^\s*(?:\*\*)?\s*(?:rewritten|rephrased|new|paraphrased)?\s*"
                     r"(?:problem|question)\s*:\s*(?:\*\*)?\s*", re.IGNORECASE)
-_ANSWER = re.compile(r"####|\\boxed|\\fbox")
+_ANSWER = re.compile(r"####|\\boxed|\\fbox|\bthe (?:final )?answer is\b", re.IGNORECASE)
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -235,8 +235,8 @@ def _split_reader(dataset: str, split: str, data_dir: str | os.PathLike | None
 
 def read_split_rows(dataset: str, split: str, data_dir: str | os.PathLike
                     ) -> tuple[str, list[tuple[dict, Record]], SkipStats]:
-    """``(path, [(raw JSON row, record)], stats)`` of a file dataset's split: the raw rows keep every
-    field of the file (for tools that write an augmented copy), malformed rows are skipped."""
+    """``(path, [(raw JSON row, record)], stats)`` of a file dataset's split: the raw rows keep
+    every field of the file (for tools that write an augmented copy); malformed rows are skipped."""
     if dataset not in _FILE_DATASETS:
         raise ValueError(f"dataset must be one of {list(_FILE_DATASETS)}, got {dataset!r}")
     reader, path = _split_reader(dataset, split, data_dir)
