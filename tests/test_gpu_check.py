@@ -1,0 +1,50 @@
+"""`benchmarks/gpu_check.py --smoke`: the prepared GPU check runs end to end on CPU with tiny
+shapes, so the first minute on a lent GPU is not spent on a typo."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_smoke(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)  # one CPU device, as on the one-GPU machine
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--smoke",
+                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    sections = result["sections"]
+    assert set(sections) == {"kernels", "sampler", "cooper"}
+    errors = {name: s.get("traceback", s.get("error")) for name, s in sections.items()
+              if s.get("status") != "ok"}
+    assert not errors, errors
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert result["smoke"] and result["environment"]["backend"] == "cpu"
+
+    kernels = sections["kernels"]["bfloat16"]
+    for impl in ("xla", "pallas_gpu"):
+        errs = kernels[impl]["rel_err_vs_reference"]
+        assert set(errs) == {"logp", "entropy", "d_hidden", "d_unembed"}
+        assert max(errs.values()) < 0.05, (impl, errs)  # bf16 inputs, f32 accumulation
+        assert kernels[impl]["sample_token_match_vs_reference"] > 0.9
+        assert kernels[impl]["fwd_bwd_s"] > 0 and kernels[impl]["temp_bytes"] >= 0
+    assert max(kernels["pallas_gpu"]["rel_err_vs_xla"].values()) < 0.05
+
+    sampler = sections["sampler"]
+    assert sampler["coop_jax_all_rows_full_length"]
+    assert sampler["transformers_new_tokens"] == sampler["new_tokens"]
+    assert sampler["logit_rel_err_vs_transformers"] < 0.05  # same weights, bf16
+    assert sampler["coop_jax_tokens_per_s"] > 0 and sampler["transformers_tokens_per_s"] > 0
+    assert 0 < sampler["hbm_bound_tokens_per_s"] < float("inf")
+
+    cooper = sections["cooper"]
+    assert cooper["metrics_finite"]
+    assert cooper["compile_s"] > 0 and cooper["step_s"] > 0
+    assert cooper["model_flops"] > 0 and cooper["xla_flops"] > 0
