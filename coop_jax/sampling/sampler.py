@@ -80,12 +80,8 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     temperature = jnp.full((rows,), scfg.temperature, jnp.float32)
     eos = jnp.asarray(scfg.eos_ids, jnp.int32)
 
-    def cond(carry):
-        i, done = carry[0], carry[5]
-        return (i < n) & ~jnp.all(done)
-
-    def body(carry):
-        i, hidden, cache, kv_mask, positions, done, tokens, logps, key = carry
+    def emit(i, hidden, done, tokens, logps, key):
+        """Sample token i of every row from its hidden state; rows already done get padding."""
         key, step_key = jax.random.split(key)
         tok, logp, _ = kernels.fused_sample(step_key, hidden, unembed, temperature, scfg.top_k,
                                             scfg.top_p, impl=scfg.kernel_impl,
@@ -93,14 +89,25 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
         tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
         tokens = tokens.at[:, i].set(tok)
         logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))
-        done = done | jnp.isin(tok, eos)
-        kv_mask = kv_mask.at[:, p + i].set(True)
-        hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], positions[:, None],
-                                                  kv_mask, cache, p + i)
-        return (i + 1, hidden[:, 0], cache, kv_mask, positions + 1, done, tokens, logps, key)
+        return tok, done | jnp.isin(tok, eos), tokens, logps, key
 
-    init = (jnp.int32(0), hidden, cache, kv_mask, positions, jnp.zeros((rows,), bool),
-            jnp.full((rows, n), scfg.pad_id, jnp.int32), jnp.zeros((rows, n), jnp.float32), key)
+    def cond(carry):
+        i, done = carry[0], carry[5]
+        return (i < n) & ~jnp.all(done)
+
+    def body(carry):
+        # feed token i-1, then sample token i: no forward pass after the last token
+        i, tok, cache, kv_mask, positions, done, tokens, logps, key = carry
+        kv_mask = kv_mask.at[:, p + i - 1].set(True)
+        hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], positions[:, None],
+                                                  kv_mask, cache, p + i - 1)
+        tok, done, tokens, logps, key = emit(i, hidden[:, 0], done, tokens, logps, key)
+        return (i + 1, tok, cache, kv_mask, positions + 1, done, tokens, logps, key)
+
+    tok, done, tokens, logps, key = emit(
+        0, hidden, jnp.zeros((rows,), bool), jnp.full((rows, n), scfg.pad_id, jnp.int32),
+        jnp.zeros((rows, n), jnp.float32), key)
+    init = (jnp.int32(1), tok, cache, kv_mask, positions, done, tokens, logps, key)
     _, _, _, _, _, done, tokens, logps, _ = jax.lax.while_loop(cond, body, init)
 
     is_stop = jnp.isin(tokens, eos)
