@@ -14,7 +14,8 @@ against ``\\boxed{answer+1}``), where most items need the LaTeX parser. Rows: co
 process pool of the same size. Accuracy is against the known labels. Last, a list of
 near-miss pairs (``1/2004!`` vs ``1/2006!`` ...) and which of them each verifier accepts.
 ``--repeat N`` times each coop_jax row N times and reports the median (the GSM8K table takes
-well under a second, so single timings are noisy).
+well under a second, so single timings are noisy); repeats after the first find the verifier's
+parse caches warm, so compare runs made with the same N.
 """
 
 from __future__ import annotations

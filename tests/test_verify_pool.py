@@ -164,19 +164,32 @@ def test_module_level_verifier_without_main_guard_names_the_fix(tmp_path, start_
     assert "verifier = RuleVerifier(" in error
 
 
-def test_worker_warm_up_failure_is_forwarded(monkeypatch):
-    import coop_jax.verify.pool as pool
+def test_bad_memory_limit_names_the_field():
+    with pytest.raises(ValueError, match="memory_limit_mb must be >= 1"):
+        RuleVerifier(memory_limit_mb=0)
 
-    v = RuleVerifier.__new__(RuleVerifier)  # only the bookkeeping that _start_failed touches
-    v.num_workers, v._failed_starts, v._first_failure = 1, 0, None
-    v._workers = [type("W", (), {"proc": type("P", (), {"pid": None})(), "born_wall": 0.0})()]
-    v._closed = True
+
+def test_worker_warm_up_failure_is_forwarded(monkeypatch):
+    """A worker whose warm-up raises sends its traceback; after the last retry the parent's
+    error carries it (driven through ``_receive`` with stand-in workers, no processes)."""
+    tb = "Traceback (most recent call last):\n  ...\nImportError: no sympy"
+
+    class Conn:
+        def recv(self):
+            return ("failed", tb)
+
+    class Worker:
+        proc = type("Proc", (), {"pid": None})()
+        born_wall, ready, conn = 0.0, False, Conn()
+
+    v = RuleVerifier.__new__(RuleVerifier)  # bookkeeping only: no worker processes
+    v.num_workers, v._failed_starts, v._first_failure, v._closed = 1, 0, None, True
+    v._workers = [Worker()]
     monkeypatch.setattr(v, "_replace", lambda k: None, raising=False)
-    v._first_failure = "Traceback (most recent call last):\n  ...\nImportError: no sympy"
-    for _ in range(pool._MAX_FAILED_STARTS - 1):
-        v._start_failed(0, "failed during start-up")
+    for _ in range(2):
+        assert v._receive(0, "verify", [], None) == 0
     with pytest.raises(RuntimeError) as exc:
-        v._start_failed(0, "failed during start-up")
+        v._receive(0, "verify", [], None)
     msg = str(exc.value)
-    assert "giving up after 3 failed starts" in msg and "ImportError: no sympy" in msg
-    assert 'if __name__ == "__main__":' in msg
+    assert "failed during start-up; giving up after 3 failed starts" in msg
+    assert "ImportError: no sympy" in msg and 'if __name__ == "__main__":' in msg

@@ -99,6 +99,8 @@ class RuleVerifier:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if memory_limit_mb is not None and memory_limit_mb < 1:
+            raise ValueError(f"memory_limit_mb must be >= 1 or None, got {memory_limit_mb}")
         if start_method not in ("forkserver", "spawn"):
             raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
         self.num_workers = num_workers
