@@ -34,7 +34,10 @@ from coop_jax.kernels import rng
 
 FALLBACK_VMEM_BYTES = 16 * 2 ** 20  # per TensorCore on v4; assumed when not compiling for TPU
 _ROW_TILES = (512, 256, 128, 64, 32, 16)
-_VOCAB_TILES = (2048, 1024, 512, 256, 128)
+_VOCAB_TILES = (1024, 512, 256, 128)
+# Mosaic unrolls vector code over a tile's vregs: [512, 2048] f32 tiles took minutes to compile on
+# v5e for no gain in HBM traffic worth having, so a tile holds at most 512 x 512 elements.
+_MAX_TILE_ELEMS = 512 * 512
 _TILE_BUDGET = 0.6  # share of the VMEM limit for the estimated blocks; the rest is headroom
 _NN = (((1,), (0,)), ((), ()))
 _NT = (((1,), (1,)), ((), ()))
@@ -77,7 +80,8 @@ def choose_tiles(kernel: str, rows: int, dim: int, dtype, capacity: int
     itemsize = jnp.dtype(dtype).itemsize
     cap = _common.round_up(max(rows, 1), 16)
     fits = [(min(bn, cap), bv) for bn in _ROW_TILES for bv in _VOCAB_TILES
-            if _footprint(kernel, min(bn, cap), bv, dim, itemsize) <= budget]
+            if min(bn, cap) * bv <= _MAX_TILE_ELEMS
+            and _footprint(kernel, min(bn, cap), bv, dim, itemsize) <= budget]
     if not fits:
         return _ROW_TILES[-1], _VOCAB_TILES[-1]  # the compiler reports what does not fit
     return min(fits, key=lambda t: (1 / t[0] + 1 / t[1], -t[1]))
