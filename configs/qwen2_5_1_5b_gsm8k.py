@@ -6,7 +6,7 @@ Point the HF paths at local folders (no downloads at run time), e.g.
     --config.reward_model.hf_path=/models/VerifyRM-1.5B \
     --config.cooper.assistant_hf_path=/models/Qwen2.5-7B-Instruct \
     --config.data.data_dir=/data/gsm8k
-Hyper-parameters follow the released 1-GPU script (ALGORITHMS.md §1): G=16, 4 prompts/step,
+Hyper-parameters follow the released 1-GPU script (docs/ALGORITHMS.md §1): G=16, 4 prompts/step,
 policy lr 1e-6 (20 warm-up steps, constant, wd 0.01), RM lr 1e-5 (warm-up ratio 0.01, wd 0.01,
 clip 1.0), clip 0.2, token-mean, k3 low-var KL 0.001, prompt/response 512/512, T=1.0;
 validation at T=0.7, top-p 0.95.

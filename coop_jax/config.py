@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import ml_collections
 
-from coop_jax import cooper, rl
+from coop_jax import cooper, data, kernels, rewards, rl, train_step
 from coop_jax.models.config import DTYPES, ModelConfig
 
-REWARD_TYPES = ("rule", "static_rm", "cooper", "majority_vote", "corewarding_1", "corewarding_2",
-                "hybrid")
-RM_REWARD_TYPES = ("static_rm", "cooper", "hybrid")
-DATASETS = ("synthetic", "gsm8k", "math500", "math")
-PROMPT_TEMPLATES = ("synthetic", "gsm8k", "boxed", "raw")
-SCHEDULES = ("constant", "cosine")
+# Allowed names come from the registries that implement them.
+REWARD_TYPES = tuple(rewards.REWARD_SOURCES)
+RM_REWARD_TYPES = tuple(name for name, s in rewards.REWARD_SOURCES.items() if s.needs_rm)
+NEGATIVE_STRATEGIES = tuple(cooper.NEGATIVE_STRATEGIES)
+DATASETS = data.DATASETS
+PROMPT_TEMPLATES = tuple(data.PROMPT_TEMPLATES)
+KERNEL_IMPLS = kernels.IMPLS
+SCHEDULES = tuple(train_step.SCHEDULES)
 NAN_POLICIES = ("error", "skip")
-KERNEL_IMPLS = ("auto", "xla", "pallas", "reference")
+RM_TRAIN_MODES = ("build_triples", "train")
 
 
 def model_section(**overrides) -> ml_collections.ConfigDict:
@@ -86,7 +88,28 @@ def base_config() -> ml_collections.ConfigDict:
         nan_policy="error", max_nan_skips=10))
     c.eval = ml_collections.ConfigDict(dict(temperature=1.0, top_p=1.0, batch_size=64))
     c.kernels = ml_collections.ConfigDict(dict(impl="auto"))
+    c.rm_train = rm_train_section()
     return c
+
+
+def rm_train_section() -> ml_collections.ConfigDict:
+    """coop-train-rm's settings (`--config.rm_train.x=y`). 0 / "" mean "from the rest of the
+    config" (lengths from data / rollout / cooper, dataset from data). Training defaults are the
+    paper's VerifyRM values."""
+    return ml_collections.ConfigDict(dict(
+        mode="",  # build_triples | train
+        # build_triples: sample a policy, label by the rule verifier (and an optional judge)
+        policy_checkpoint="", policy_hf="", dataset="", data_dir="", split="train",
+        num_examples=0, samples_per_question=4, temperature=1.0, top_p=1.0, template="",
+        chat=False, max_prompt_len=0, max_new_tokens=0, out="", heldout_fraction=0.0,
+        heldout_out="", judge_url="", judge_model="", judge_max_tokens=1024,
+        judge_concurrency=8,
+        # train: BCE on labelled triples
+        triples="", heldout="", workdir="", init_hf="", export_hf="", epochs=3,
+        learning_rate=2e-5, weight_decay=0.01, warmup_ratio=0.0, schedule="constant",
+        grad_clip=1.0, batch_size=16, max_len=0, log_every=10,
+        heldout_every=0,  # also evaluate the held-out triples every N steps (0: per epoch only)
+        seed=0))
 
 
 def _one_of(value, allowed, field):
@@ -150,7 +173,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
                          f"prompts_per_step * group_size ({rows})")
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
-    _one_of(c.cooper.negative, tuple(cooper.NEGATIVE_STRATEGIES), "cooper.negative")
+    _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
     if (c.reward.type == "cooper" and cooper.NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
             and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
         others = [n for n, s in cooper.NEGATIVE_STRATEGIES.items() if not s.needs_assistant]
@@ -172,12 +195,31 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
         if (c.rollout.prompts_per_step * c.rollout.group_size) % (data * fsdp):
             raise ValueError(f"config.rollout.prompts_per_step x group_size ({rows}) must be a "
                              f"multiple of the mesh's data x fsdp size ({data * fsdp})")
-    if c.reward.type == "corewarding_1" and c.rl.num_minibatches != 1:
-        raise ValueError("config.rl.num_minibatches must be 1 for reward.type='corewarding_1' "
-                         "(both views' losses are summed over the whole batch)")
-    if c.rl.dynamic_sampling and c.reward.type in RM_REWARD_TYPES:
+    source = rewards.REWARD_SOURCES[c.reward.type]
+    if source.num_views > 1 and c.rl.num_minibatches != 1:
+        raise ValueError(f"config.rl.num_minibatches must be 1 for reward.type={c.reward.type!r} "
+                         "(the views' losses are summed over the whole batch)")
+    if c.rl.dynamic_sampling and source.device != "batch":
         raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
                          f"{c.reward.type!r} computes them on device")
+
+
+def validate_rm_train(r: ml_collections.ConfigDict) -> None:
+    """Raise ValueError naming the first impossible `rm_train` field."""
+    _one_of(r.mode, RM_TRAIN_MODES, "rm_train.mode")
+    for name in ("epochs", "batch_size", "log_every", "samples_per_question",
+                 "judge_concurrency", "judge_max_tokens"):
+        _positive(r[name], f"rm_train.{name}")
+    for name in ("num_examples", "max_len", "max_prompt_len", "max_new_tokens", "heldout_every",
+                 "weight_decay", "grad_clip"):
+        _positive(r[name], f"rm_train.{name}", allow_zero=True)
+    _positive(r.learning_rate, "rm_train.learning_rate")
+    if not 0 <= r.warmup_ratio < 1:
+        raise ValueError(f"config.rm_train.warmup_ratio must be in [0, 1), got {r.warmup_ratio}")
+    if not 0 <= r.heldout_fraction < 1:
+        raise ValueError(f"config.rm_train.heldout_fraction must be in [0, 1), got "
+                         f"{r.heldout_fraction}")
+    _one_of(r.schedule, SCHEDULES, "rm_train.schedule")
 
 
 def resolve_mesh_shape(shape, device_count: int) -> tuple[int, int, int]:

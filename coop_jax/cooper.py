@@ -1,5 +1,4 @@
-"""Cooper's host side: (positive, negative) pairs for the reward model, and the EMA schedule of
-Co-rewarding-II.
+"""Cooper's host side: (positive, negative) pairs for the reward model.
 
 Positive = the FIRST rollout of a group the rule verifier marks correct (no such rollout: the
 pair is masked). Negative, by `cooper.negative` (the NEGATIVE_STRATEGIES registry; a new strategy
@@ -17,14 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import urllib.request
 from typing import Callable, Sequence
 
+import jax
 import numpy as np
 
+from coop_jax import data, hf, sampling
 from coop_jax.data.synthetic import consistent_wrong_solution
+from coop_jax.models.tokenizer import stop_token_ids
 from coop_jax.rl._registry import lookup
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
 
@@ -36,13 +37,6 @@ REWRITE_SYSTEM_PROMPT = (
 
 def rewrite_user_message(question: str, positive: str) -> str:
     return f"Problem:\n{question}\n\nCorrect response:\n{positive}\n\nIncorrect response:"
-
-
-def corewarding_decay(step: int, a_start: float, a_end: float, total: int) -> float:
-    """a_k = a_end + 0.5 (a_start - a_end)(1 + cos(pi t / T)), t = clip(k - 1, 0, T), k = step+1."""
-    total = max(int(total), 1)
-    t = min(max(step, 0), total)
-    return a_end + 0.5 * (a_start - a_end) * (1 + math.cos(math.pi * t / total))
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -286,12 +280,6 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                drop_truncated: bool = False):
     """Any local HF causal LM, sampled with coop_jax's sampler: `chat([messages, ...])` gives one
     reply per conversation (None where `drop_truncated` and no stop token came)."""
-    import jax
-
-    from coop_jax import data, hf, sampling
-
-    from coop_jax.models.tokenizer import stop_token_ids
-
     lm = hf.load(hf_path)
     tokenizer = lm.tokenizer()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

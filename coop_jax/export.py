@@ -10,12 +10,12 @@ import sys
 
 import jax
 
+from coop_jax import checkpoint, hf
+from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+
 
 def export(checkpoint_dir: str, out_dir: str, which: str = "policy", step: int | None = None
            ) -> str:
-    from coop_jax import checkpoint, hf
-    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
-
     cfg, params, meta = checkpoint.load_model(checkpoint_dir, which, step)
     tokenizer_dir = meta.get("rm_tokenizer" if which == "rm" else "tokenizer") or ""
     if not tokenizer_dir and which == "rm":

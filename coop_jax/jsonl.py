@@ -1,11 +1,11 @@
 """JSON-lines files: one JSON object per line, blank lines ignored."""
 from __future__ import annotations
 
+import json
+
 
 def read_jsonl(path: str) -> list[dict]:
     """Rows of `path`; a line that is not a JSON object raises ValueError naming the line."""
-    import json
-
     rows = []
     with open(path, encoding="utf-8") as fh:
         for line_no, line in enumerate(fh, 1):

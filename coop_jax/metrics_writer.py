@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from coop_jax.jsonl import read_jsonl
+
 
 def _jsonable(value):
     value = np.asarray(value).item() if hasattr(value, "shape") or isinstance(
@@ -21,11 +23,9 @@ class MetricWriter:
         self.path = os.path.join(workdir, "metrics.jsonl")
         if resume_step is not None and os.path.exists(self.path):
             # Drop steps written after the checkpoint we resume from: they will be redone.
-            with open(self.path) as f:
-                rows = [line for line in f if line.strip()
-                        and json.loads(line).get("step", 0) <= resume_step]
+            rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
             with open(self.path, "w") as f:
-                f.writelines(rows)
+                f.writelines(json.dumps(r) + "\n" for r in rows)
         elif resume_step is None and os.path.exists(self.path):
             os.remove(self.path)
         self._file = open(self.path, "a")
@@ -54,5 +54,4 @@ def read_metrics(workdir: str) -> list[dict]:
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
-    from coop_jax.jsonl import read_jsonl
     return read_jsonl(path)

@@ -1,4 +1,5 @@
-"""The reference-based reward model's input (Cooper's VerifyRM format, ALGORITHMS.md §1)."""
+"""The reference-based reward model's input (Cooper's VerifyRM format, docs/ALGORITHMS.md) and its
+labelled (question, reference, completion, label) triples."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,8 @@ import os
 from typing import Sequence
 
 import numpy as np
+
+from coop_jax.jsonl import read_jsonl
 
 MAX_CHARS, HEAD_CHARS, TAIL_CHARS = 1500, 500, 1000
 TRIPLE_KEYS = ("question", "reference", "completion", "label")
@@ -36,11 +39,33 @@ def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int) -> tuple[np.nd
     return ids, mask
 
 
+def _label(value, i: int) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer, float)) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"triples[{i}]['label'] must be a bool or 0/1, got {value!r}")
+
+
+def check_triples(triples: Sequence[dict]) -> list[bool]:
+    """Validate ``{question, reference, completion, label}`` dicts; returns the labels."""
+    if not triples:
+        raise ValueError("triples is empty")
+    labels = []
+    for i, t in enumerate(triples):
+        if not isinstance(t, dict):
+            raise ValueError(f"triples[{i}] must be a dict, got {type(t).__name__}")
+        for key in ("question", "reference", "completion"):
+            if not isinstance(t.get(key), str):
+                raise ValueError(f"triples[{i}]['{key}'] must be a string, got {t.get(key)!r}")
+        if "label" not in t:
+            raise ValueError(f"triples[{i}] has no 'label'")
+        labels.append(_label(t["label"], i))
+    return labels
+
+
 def read_triples(path: str) -> list[dict]:
     """JSONL triples; a line that is not a JSON object is an error naming the line."""
-    from coop_jax.eval.evaluate import check_triples
-    from coop_jax.jsonl import read_jsonl
-
     triples = read_jsonl(path)
     if not triples:
         raise ValueError(f"{path} holds no triples")

@@ -7,13 +7,12 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from coop_jax import models
 from coop_jax.data import format_prompt, tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.models.tokenizer import end_token_id
-from coop_jax.train_step import make_optimizer
+from coop_jax.train_step import ModelState, gradient_step, make_optimizer
 
 log = logging.getLogger("coop_jax")
 
@@ -63,16 +62,16 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
         logp, _ = response_logprobs(p, cfg, batch["prompt_tokens"], batch["prompt_mask"],
                                     batch["tokens"], batch["mask"], impl=kernel_impl,
                                     valid_vocab=valid_vocab)
-        return -(logp * batch["mask"]).sum() / jnp.maximum(batch["mask"].sum(), 1)
+        loss = -(logp * batch["mask"]).sum() / jnp.maximum(batch["mask"].sum(), 1)
+        return loss, loss
 
     @jax.jit
-    def step(p, opt_state, batch):
-        loss, grads = jax.value_and_grad(loss_fn)(p, batch)
-        updates, opt_state = tx.update(grads, opt_state, p)
-        return optax.apply_updates(p, updates), opt_state, loss
+    def step(model, batch):
+        model, loss, _ = gradient_step(loss_fn, model, tx, batch)
+        return model, loss
 
     rng = np.random.default_rng(seed)
-    opt_state = tx.init(params)
+    model = ModelState(params, tx.init(params))
     losses = []
     for i in range(steps):
         chosen = rng.integers(0, len(records), batch_size)
@@ -82,11 +81,11 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
         r_ids, r_mask = tokenize_responses(tokenizer, [targets[j] for j in chosen],
                                            max_len - max_prompt_len)
         batch = {"prompt_tokens": p_ids, "prompt_mask": p_mask, "tokens": r_ids, "mask": r_mask}
-        params, opt_state, loss = step(params, opt_state, batch)
+        model, loss = step(model, batch)
         losses.append(float(loss))
         if log_every and (i + 1) % log_every == 0:
             log.info("sft step %d/%d loss %.4f", i + 1, steps, np.mean(losses[-log_every:]))
-    return params, losses
+    return model.params, losses
 
 
 def warm_start_from_config(params, cfg: models.ModelConfig, tokenizer, records: list[dict],

@@ -2,30 +2,40 @@
 
     coop-train --config=configs/default.py --workdir=DIR [--config.rollout.group_size=16 ...]
 
-One step (ALGORITHMS.md): prompts -> G rollouts each (KV-cache sampler) -> decode -> rule verifier
-(process pool) and the configured reward source -> one compiled update of the policy (and, for
-Cooper, of the reward model on rule-labelled pairs) -> metrics. Resumes from the newest checkpoint
-in DIR; SIGTERM saves and exits.
+One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), in the order `Trainer.run` calls it:
+  before_step   the reward source's per-step hook (Co-rewarding-II: EMA teacher update)
+  sample        G rollouts per prompt (KV-cache sampler), per trained view, plus teacher rollouts
+  score         rule verifier (process pool) and the reward source's host function
+  pairs         Cooper only: (positive, negative) pairs for the RM update (`cooper.build_pairs`)
+  update        one compiled step (`train_step`): rewards on device, advantages, policy (and RM)
+  log / eval / checkpoint
+Resumes from the newest checkpoint in DIR; SIGTERM saves and exits.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import math
 import os
 import signal
 import time
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from coop_jax import checkpoint, cooper, data, hf, parallel, rewards, rl, sampling
+from coop_jax import checkpoint, cooper, data, parallel, rewards, rl, sampling, sft
 from coop_jax import config as config_lib
-from coop_jax.models.tokenizer import load_tokenizer, stop_token_ids
-from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+from coop_jax.build import load_model
+from coop_jax.eval.evaluate import evaluate_policy, evaluate_reward_model
+from coop_jax.eval.report import plot_curves
+from coop_jax.metrics_writer import MetricWriter, read_metrics
+from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
+from coop_jax.rm_input import format_rm_input, read_triples, tokenize_rm_inputs
 from coop_jax.train_step import (StepConfig, init_state, jit_step, make_optimizer, place_state,
                                  state_shardings)
 from coop_jax.verify import RuleVerifier
@@ -33,6 +43,7 @@ from coop_jax.verify import RuleVerifier
 log = logging.getLogger("coop_jax")
 
 
+# ---------------------------------------------------------------------- setup from the config
 def _valid_record(r: dict) -> bool:
     return all(isinstance(r.get(k), str) and r[k].strip() for k in ("question", "reference"))
 
@@ -58,34 +69,73 @@ def load_records(config) -> tuple[list[dict], list[dict], int]:
 
 
 def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
-    """(ModelConfig, params) from `hf_path` (HF folder, .gguf or Hub id; an RM may start from a
-    causal LM, which gets a new head) or from the architecture fields."""
-    if section.hf_path:
-        lm = hf.load(section.hf_path, dtype=section.param_dtype, compute_dtype=section.dtype,
-                     mesh=mesh, num_labels=num_labels, keep_layers=section.keep_layers or None)
-        if lm.config.num_labels != num_labels:
-            raise ValueError(f"{section.hf_path} has num_labels={lm.config.num_labels}, expected "
-                             f"{num_labels}")
-        return lm.config, lm.params
-    if len(tokenizer) > section.vocab_size:
-        raise ValueError(f"config.model.vocab_size ({section.vocab_size}) is smaller than the "
-                         f"tokenizer ({len(tokenizer)} tokens)")
-    cfg = config_lib.model_config(section, num_labels=num_labels)
-    return cfg, parallel.sharded_init(cfg, rng, mesh)
+    """(ModelConfig, params) of a model section (see `coop_jax.build.load_model`)."""
+    field = "reward_model" if num_labels else "model"
+    return load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)[:2]
 
 
 def _tokenizer_path(config) -> str:
     return config.model.tokenizer or config.model.hf_path or ""
 
 
-def _prompts(config, tokenizer, records, question_key="question") -> list[str]:
-    return [data.format_prompt(config.data.prompt_template, r[question_key] or r["question"],
-                               tokenizer=tokenizer, chat=config.data.chat_template)
-            for r in records]
+def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
+    """The compiled step's static configuration (and its loss's) from the config sections."""
+    c, source = config, rewards.reward_source(config.reward.type)
+    loss = rl.LossConfig(
+        clip_eps_low=c.rl.clip_eps_low, clip_eps_high=c.rl.clip_eps_high,
+        clip_ratio_c=c.rl.clip_ratio_c or None, ratio_level=c.rl.ratio_level,
+        aggregation=c.rl.aggregation, kl_coef=0.0 if c.rl.kl_in_reward else c.rl.kl_coef,
+        kl_estimator=c.rl.kl_estimator, entropy_coef=c.rl.entropy_coef)
+    return StepConfig(
+        policy=policy_cfg, loss=loss, group_size=c.rollout.group_size, advantage=c.rl.advantage,
+        temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
+        num_minibatches=c.rl.num_minibatches, kl_in_reward=c.rl.kl_in_reward,
+        reward_source=source.device, rm=rm_cfg, rm_threshold=c.reward.threshold,
+        hybrid_rm_weight=c.reward.hybrid_rm_weight, train_rm=source.trains_rm,
+        kernel_impl=c.kernels.impl, valid_vocab=valid_vocab, num_views=source.num_views,
+        kl_coef_in_reward=c.rl.kl_coef)
 
 
+def policy_optimizer(config):
+    o = config.optim
+    return make_optimizer(o.learning_rate, warmup_steps=o.warmup_steps,
+                          total_steps=config.train.steps, schedule=o.schedule,
+                          weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
+                          grad_clip=o.grad_clip)
+
+
+def rm_optimizer(config):
+    """Cooper's RM AdamW: linear warm-up over `warmup_ratio` of the run, then constant."""
+    c, steps = config.cooper, config.train.steps
+    return make_optimizer(c.learning_rate, warmup_steps=math.ceil(c.warmup_ratio * steps),
+                          total_steps=steps, weight_decay=c.weight_decay, grad_clip=c.grad_clip)
+
+
+def _load_reward_model(config, tokenizer, mesh, key):
+    """(ModelConfig, params, tokenizer) of the RM: a trained checkpoint (`cooper.rm_checkpoint`)
+    or `reward_model` (HF path or random architecture)."""
+    rm_path = config.cooper.rm_checkpoint
+    if rm_path:
+        rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm")
+        trained_len = meta.get("config", {}).get("cooper", {}).get("max_len")
+        if trained_len and trained_len != config.cooper.max_len:
+            log.warning("the RM in %s was trained with cooper.max_len=%s, this run uses %s",
+                        rm_path, trained_len, config.cooper.max_len)
+        rm_tokenizer = load_tokenizer(meta.get("rm_tokenizer", meta.get("tokenizer")) or None)
+        return rm_cfg, parallel.shard_params(params, rm_cfg, mesh), rm_tokenizer
+    section = config.reward_model
+    if not section.hf_path:
+        log.warning("reward model starts from random weights (no reward_model.hf_path or "
+                    "cooper.rm_checkpoint)")
+    rm_cfg, params = build_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
+                                 num_labels=1)
+    return rm_cfg, params, load_tokenizer(section.hf_path) if section.hf_path else tokenizer
+
+
+# ---------------------------------------------------------------------- the run's state
 class Trainer:
-    """Holds what one run needs; `run()` is the training loop."""
+    """One run's state: config, mesh, tokenizers, records, models, optimizer state, the compiled
+    step and the checkpointer. The step's stages are the functions below; `run()` is the loop."""
 
     def __init__(self, config, workdir: str):
         self.config, self.workdir = config, workdir
@@ -94,17 +144,13 @@ class Trainer:
         config_lib.validate(config, jax.device_count())
         self.mesh = parallel.make_mesh(
             config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
-        self.reward_type = config.reward.type
+        self.source = rewards.reward_source(config.reward.type)
         self.G, self.B = config.rollout.group_size, config.rollout.prompts_per_step
-        self.tokenizer = load_tokenizer(_tokenizer_path(config) or None)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer = prepare_tokenizer(load_tokenizer(_tokenizer_path(config) or None))
         self.train_records, self.eval_records, self.skipped_rows = load_records(config)
-        if self.reward_type == "corewarding_1":  # the second view must exist on every record
+        if self.source.num_views > 1:  # the second view must exist on every record
             data.sources.check_rephrased(self.train_records, config.data.dataset,
                                          config.data.rephrase_field, config.data.data_dir)
-        self.rewriter = None  # the assistant model of cooper.negative == "rewrite", set in run()
-        self._background = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = build_model(config.model, self.tokenizer, self.mesh,
                                                      jax.random.fold_in(key, 1))
@@ -113,81 +159,31 @@ class Trainer:
                                             keep=config.train.keep_checkpoints)
         self.resuming = self.ckpt.latest_step() is not None
         if config.sft.steps and not self.resuming:
-            policy_params = self._sft(policy_params)
-        self._build_rm(key)
-        self._build_state(policy_params)
-        self._build_sampler()
-
-    # ------------------------------------------------------------------ construction
-    def _sft(self, params):
-        from coop_jax import sft
-        params, losses = sft.warm_start_from_config(params, self.policy_cfg, self.tokenizer,
-                                                    self.train_records, self.config)
-        log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
-                 losses[-1])
-        return jax.device_put(params, parallel.param_shardings(self.policy_cfg, self.mesh))
-
-    def _build_rm(self, key):
-        c = self.config
-        self.rm_cfg = self.rm_params = None
-        if self.reward_type not in config_lib.RM_REWARD_TYPES:
-            return
-        rm_path = c.cooper.rm_checkpoint
-        if rm_path:
-            self.rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm")
-            self.rm_params = parallel.shard_params(params, self.rm_cfg, self.mesh)
-            rm_tokenizer = meta.get("rm_tokenizer", meta.get("tokenizer")) or None
-            self.rm_tokenizer = load_tokenizer(rm_tokenizer)
-            trained_len = meta.get("config", {}).get("cooper", {}).get("max_len")
-            if trained_len and trained_len != c.cooper.max_len:
-                log.warning("the RM in %s was trained with cooper.max_len=%s, this run uses %s",
-                            rm_path, trained_len, c.cooper.max_len)
-        else:
-            if not c.reward_model.hf_path:
-                log.warning("reward model starts from random weights (no "
-                                "reward_model.hf_path or cooper.rm_checkpoint)")
-            self.rm_cfg, self.rm_params = build_model(c.reward_model, self.tokenizer, self.mesh,
-                                                      jax.random.fold_in(key, 2), num_labels=1)
-            self.rm_tokenizer = (load_tokenizer(c.reward_model.hf_path)
-                                 if c.reward_model.hf_path else self.tokenizer)
-
-    def _build_state(self, policy_params):
-        c = self.config
-        steps = c.train.steps
-        self.tx = make_optimizer(c.optim.learning_rate, warmup_steps=c.optim.warmup_steps,
-                                 total_steps=steps, schedule=c.optim.schedule,
-                                 weight_decay=c.optim.weight_decay, b1=c.optim.b1,
-                                 b2=c.optim.b2, eps=c.optim.eps, grad_clip=c.optim.grad_clip)
-        self.train_rm = self.reward_type == "cooper"
-        self.rm_tx = None
-        if self.rm_cfg is not None:
-            self.rm_tx = make_optimizer(
-                c.cooper.learning_rate, warmup_steps=math.ceil(c.cooper.warmup_ratio * steps),
-                total_steps=steps, weight_decay=c.cooper.weight_decay,
-                grad_clip=c.cooper.grad_clip)
+            params, losses = sft.warm_start_from_config(policy_params, self.policy_cfg,
+                                                        self.tokenizer, self.train_records, config)
+            log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
+                     losses[-1])
+            policy_params = jax.device_put(params, parallel.param_shardings(self.policy_cfg,
+                                                                            self.mesh))
+        self.rm_cfg = rm_params = self.rm_tokenizer = self.rm_tx = None
+        if self.source.needs_rm:
+            self.rm_cfg, rm_params, self.rm_tokenizer = _load_reward_model(
+                config, self.tokenizer, self.mesh, key)
+            self.rm_tx = rm_optimizer(config)
+        self.tx = policy_optimizer(config)
         # Co-rewarding-II: the EMA teacher is also the KL reference.
-        needs_ref = c.rl.kl_coef > 0 or self.reward_type == "corewarding_2"
+        needs_ref = config.rl.kl_coef > 0 or self.source.needs_teacher
         ref = jax.tree_util.tree_map(jnp.copy, policy_params) if needs_ref else None
-        state = init_state(policy_params, self.tx, ref_params=ref, rm_params=self.rm_params,
-                           rm_tx=self.rm_tx)
-        state = place_state(state, self.mesh)
-        self.state_shardings = state_shardings(state)
-        loss_cfg = rl.LossConfig(
-            clip_eps_low=c.rl.clip_eps_low, clip_eps_high=c.rl.clip_eps_high,
-            clip_ratio_c=c.rl.clip_ratio_c or None, ratio_level=c.rl.ratio_level,
-            aggregation=c.rl.aggregation, kl_coef=0.0 if c.rl.kl_in_reward else c.rl.kl_coef,
-            kl_estimator=c.rl.kl_estimator, entropy_coef=c.rl.entropy_coef)
-        self.step_cfg = StepConfig(
-            policy=self.policy_cfg, loss=loss_cfg, group_size=self.G, advantage=c.rl.advantage,
-            temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
-            num_minibatches=c.rl.num_minibatches, kl_in_reward=c.rl.kl_in_reward,
-            reward_source=rewards.REWARD_SOURCE[self.reward_type], rm=self.rm_cfg,
-            rm_threshold=c.reward.threshold, hybrid_rm_weight=c.reward.hybrid_rm_weight,
-            train_rm=self.train_rm, kernel_impl=c.kernels.impl, valid_vocab=self.valid_vocab,
-            num_views=2 if self.reward_type == "corewarding_1" else 1,
-            kl_coef_in_reward=c.rl.kl_coef)
+        self.state = place_state(init_state(policy_params, self.tx, ref_params=ref,
+                                            rm_params=rm_params, rm_tx=self.rm_tx), self.mesh)
+        self.state_shardings = state_shardings(self.state)
+        self.step_cfg = step_config(config, self.policy_cfg, self.rm_cfg, self.valid_vocab)
         self.step_fn = None  # compiled on the first batch (its per-array shardings)
-        self.state = state
+        self.sample = sampling.make(self.policy_cfg, sampling.SamplingConfig(
+            temperature=config.rollout.temperature, top_k=config.rollout.top_k,
+            top_p=config.rollout.top_p, num_samples=self.G, eos_ids=stop_token_ids(self.tokenizer),
+            pad_id=self.tokenizer.pad_token_id, valid_vocab=self.valid_vocab,
+            kernel_impl=config.kernels.impl, max_new_tokens=config.rollout.max_new_tokens))
 
     def update(self, batch: dict):
         """The compiled step; built on first use with explicit state and batch shardings."""
@@ -199,169 +195,6 @@ class Trainer:
                                     donate=self.config.train.nan_policy == "error")
         return self.step_fn(self.state, batch)
 
-    def _build_sampler(self):
-        c = self.config
-        common = dict(eos_ids=stop_token_ids(self.tokenizer), pad_id=self.tokenizer.pad_token_id,
-                      valid_vocab=self.valid_vocab, kernel_impl=c.kernels.impl,
-                      max_new_tokens=c.rollout.max_new_tokens)
-        self.rollout_cfg = sampling.SamplingConfig(
-            temperature=c.rollout.temperature, top_k=c.rollout.top_k, top_p=c.rollout.top_p,
-            num_samples=self.G, **common)
-        self.sample = sampling.make(self.policy_cfg, self.rollout_cfg)
-        self.ema = jax.jit(lambda teacher, policy, a: jax.tree_util.tree_map(
-            lambda t, p: (a * p + (1 - a) * t).astype(t.dtype), teacher, policy))
-
-    # ------------------------------------------------------------------ one step's host work
-    def _rollouts(self, params, records, key, question_key="question"):
-        ids, mask = data.tokenize_prompts(self.tokenizer, _prompts(self.config, self.tokenizer,
-                                                                   records, question_key),
-                                          self.config.data.max_prompt_len)
-        out = self.sample(params, ids, mask, key)
-        return out, sampling.decode_texts(self.tokenizer, out)
-
-    def _rm_inputs(self, records, texts) -> tuple[np.ndarray, np.ndarray]:
-        rows = [format_rm_input(records[i // self.G]["question"], records[i // self.G]["reference"],
-                                t) for i, t in enumerate(texts)]
-        return tokenize_rm_inputs(self.rm_tokenizer, rows, self.config.cooper.max_len)
-
-    def _batch(self, out, host_rewards: np.ndarray) -> dict:
-        c = self.config
-        lengths, truncated = np.asarray(out.lengths), np.asarray(out.truncated)
-        shaped, loss_weight = rl.apply_overlong(
-            c.rl.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths), jnp.asarray(truncated),
-            max_len=c.rollout.max_new_tokens, cache_len=c.rl.overlong_cache_len,
-            factor=c.rl.overlong_factor)
-        return {"prompt_tokens": np.asarray(out.prompt_tokens),
-                "prompt_mask": np.asarray(out.prompt_mask), "tokens": np.asarray(out.tokens),
-                "mask": np.asarray(out.mask), "rewards": host_rewards.astype(np.float32),
-                "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
-                "loss_weight": np.asarray(loss_weight, np.float32)}
-
-    def collect(self, step: int, records: list[dict], verifier, draw: int = 0):
-        """Rollouts, rewards and (for Cooper) pairs of one step: the host half of the algorithm.
-
-        Returns (batch, metrics, pending): `pending` is a future of rule labels still being
-        computed (only where no reward depends on them), else None.
-        """
-        c = self.config
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(c.seed), step), draw)
-        timings, metrics = {}, {}
-        policy = self.state.policy.params
-        t0 = time.perf_counter()
-        if self.reward_type == "corewarding_2":
-            a = cooper.corewarding_decay(step, c.corewarding.a_start, c.corewarding.a_end,
-                                         c.corewarding.decay_steps or c.train.steps)
-            self.state = self.state.replace(ref_params=self.ema(self.state.ref_params, policy, a))
-            metrics["teacher_decay"] = a
-        out, texts = self._rollouts(policy, records, jax.random.fold_in(key, 0))
-        row_records = [records[i // self.G] for i in range(len(texts))]
-        if self.reward_type == "corewarding_1":
-            out2, texts2 = self._rollouts(policy, records, jax.random.fold_in(key, 1),
-                                          c.data.rephrase_field)
-        timings["time/sample"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        references = [r["reference"] for r in row_records]
-        pending = None
-        if self.reward_type == "static_rm":
-            # The rule labels only feed diagnostics here: verify while the device updates.
-            pending = self._background.submit(rewards.rule_labels, verifier, references, texts)
-            labels = host_rewards = np.zeros(len(texts), np.float32)
-        else:
-            labels, extracted, timeouts = rewards.rule_labels(verifier, references, texts)
-            metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
-            host_rewards = labels
-        if self.reward_type == "majority_vote":
-            pseudo = rewards.group_majority_labels(extracted, self.G)
-            host_rewards = rewards.match_rewards(extracted, np.repeat(pseudo, self.G).tolist())
-        elif self.reward_type == "corewarding_2":
-            _, teacher_texts = self._rollouts(self.state.ref_params, records,
-                                              jax.random.fold_in(key, 2))
-            pseudo = rewards.group_majority_labels(verifier.extract_batch(teacher_texts), self.G)
-            host_rewards = rewards.match_rewards(extracted, np.repeat(pseudo, self.G).tolist())
-        elif self.reward_type == "corewarding_1":
-            extracted2 = verifier.extract_batch(texts2)
-            pseudo = rewards.group_majority_labels(extracted2, self.G)    # label for x from x'
-            pseudo2 = rewards.group_majority_labels(extracted, self.G)    # label for x' from x
-            host_rewards = rewards.match_rewards(extracted, np.repeat(pseudo, self.G).tolist())
-            rewards2 = rewards.match_rewards(extracted2, np.repeat(pseudo2, self.G).tolist())
-        if self.reward_type in ("majority_vote", "corewarding_1", "corewarding_2"):
-            truth = [rewards.normalize_answer(r["reference"]) for r in records]
-            metrics["pseudo_label_accuracy"] = float(np.mean(
-                [p is not None and self._same(p, t) for p, t in zip(pseudo, truth)]))
-        timings["time/verify"] = time.perf_counter() - t0
-
-        batch = self._batch(out, host_rewards)
-        if self.reward_type == "corewarding_1":
-            batch = {k: np.concatenate([v, self._batch(out2, rewards2)[k]]) for k, v in batch.items()}
-        if self.rm_cfg is not None:
-            batch["rm_tokens"], batch["rm_mask"] = self._rm_inputs(records, texts)
-            if pending is None:
-                batch["rule_labels"] = labels
-        if self.train_rm:
-            t0 = time.perf_counter()
-            pairs, pair_stats = cooper.build_pairs(
-                c.cooper.negative, records, texts, labels, extracted, self.G, verifier=verifier,
-                rewriter=self.rewriter, rng=np.random.default_rng([c.seed, step]),
-                tries=c.cooper.rewrite_tries)
-            batch.update(cooper.tokenize_pairs(self.rm_tokenizer, records, pairs,
-                                               c.cooper.max_len))
-            metrics.update(pair_stats)
-            timings["time/pairs"] = time.perf_counter() - t0
-        gen_tokens = int(np.asarray(out.mask).sum())
-        metrics.update(response_length=float(np.asarray(out.lengths).mean()),
-                       truncated_fraction=float(np.asarray(out.truncated).mean()),
-                       generated_tokens=gen_tokens, **timings)
-        return batch, metrics, pending
-
-    def collect_informative(self, step: int, pipeline, verifier) -> tuple[dict, dict]:
-        """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
-        prompts (at most rl.dynamic_max_draws draws)."""
-        draw_metrics = []
-
-        def draw():
-            batch, metrics, _ = self.collect(step, pipeline.next_batch(), verifier,
-                                             draw=len(draw_metrics))
-            draw_metrics.append(metrics)
-            return {k: v.reshape((self.B, self.G) + v.shape[1:]) for k, v in batch.items()}
-
-        groups, stats = rl.fill_batch(draw, self.B, self.config.rl.dynamic_max_draws)
-        batch = {k: v.reshape((self.B * self.G,) + v.shape[2:]) for k, v in groups.items()}
-        return batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()}
-
-    @staticmethod
-    def _same(a, b):
-        from coop_jax.verify import answers_equivalent
-        return answers_equivalent(b, a)
-
-    # ------------------------------------------------------------------ evaluation
-    def evaluate(self, params, verifier) -> dict:
-        from coop_jax.eval.evaluate import evaluate_policy
-        c = self.config
-        if not self.eval_records:
-            return {}
-        report, _ = evaluate_policy(
-            params, self.policy_cfg, self.tokenizer, self.eval_records,
-            template=c.data.prompt_template, chat=c.data.chat_template, verifier=verifier, k=1,
-            temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
-            max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
-            batch_size=c.eval.batch_size, seed=c.seed, kernel_impl=c.kernels.impl)
-        return {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
-                "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
-
-    def _rm_heldout(self) -> dict:
-        path = self.config.cooper.heldout_triples
-        if self.rm_cfg is None or not path:
-            return {}
-        from coop_jax.eval.evaluate import evaluate_reward_model
-        with open(path) as f:
-            triples = [json.loads(line) for line in f if line.strip()]
-        report, _ = evaluate_reward_model(self.state.rm.params, self.rm_cfg, self.rm_tokenizer,
-                                          triples, max_len=self.config.cooper.max_len,
-                                          batch_size=64)
-        return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
-
-    # ------------------------------------------------------------------ the loop
     def meta(self, step: int, pipeline, extra: dict) -> dict:
         meta = {"step": step, "data": pipeline.state(), "config": self.config.to_dict(),
                 "tokenizer": _tokenizer_path(self.config),
@@ -371,117 +204,303 @@ class Trainer:
         return meta | extra
 
     def run(self) -> dict:
-        c = self.config
-        pipeline = data.PromptPipeline(self.train_records, batch_size=self.B, seed=c.seed)
-        stop = {"flag": False}
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
-        start_time = time.time()
-        with RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s) as verifier:
-            if self.train_rm and c.cooper.negative == "rewrite":
-                self.rewriter = cooper.make_rewriter(c, self.mesh)
-            if self.resuming:
-                self.state, meta = self.ckpt.restore(self.state)
-                pipeline.restore(meta["data"])
-                extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy")}
-                extra["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
-                log.info("resumed from step %d", int(self.state.step))
+        return run_loop(self)
+
+
+@dataclasses.dataclass
+class HostTools:
+    """Host-side helpers that live for the loop's duration."""
+    verifier: RuleVerifier
+    background: concurrent.futures.ThreadPoolExecutor  # rule labels that nothing waits on
+    rewriter: Callable | None = None                    # a negative strategy's assistant
+
+
+@dataclasses.dataclass
+class Rollouts:
+    outs: list            # sampler outputs, one per trained view
+    texts: list           # their decoded texts
+    teacher: list | None  # the EMA teacher's decoded rollouts (needs_teacher)
+
+
+# ---------------------------------------------------------------------- one step's stages
+def _prompts(config, tokenizer, records, question_key="question") -> list[str]:
+    return [data.format_prompt(config.data.prompt_template, r[question_key] or r["question"],
+                               tokenizer=tokenizer, chat=config.data.chat_template)
+            for r in records]
+
+
+def _view_keys(run: Trainer) -> tuple[str, ...]:
+    """The record field each trained view's prompt is built from."""
+    return ("question", run.config.data.rephrase_field)[:run.source.num_views]
+
+
+def _generate(run: Trainer, params, records, key, question_key="question"):
+    ids, mask = data.tokenize_prompts(run.tokenizer, _prompts(run.config, run.tokenizer, records,
+                                                              question_key),
+                                      run.config.data.max_prompt_len)
+    out = run.sample(params, ids, mask, key)
+    return out, sampling.decode_texts(run.tokenizer, out)
+
+
+def sample_rollouts(run: Trainer, records: list[dict], key) -> Rollouts:
+    """G rollouts of every prompt under the current policy (one set per view) and, where the
+    reward needs it, under the EMA teacher."""
+    policy = run.state.policy.params
+    outs, texts = [], []
+    for view, question_key in enumerate(_view_keys(run)):
+        out, decoded = _generate(run, policy, records, jax.random.fold_in(key, view), question_key)
+        outs.append(out)
+        texts.append(decoded)
+    teacher = None
+    if run.source.needs_teacher:
+        _, teacher = _generate(run, run.state.ref_params, records, jax.random.fold_in(key, 2))
+    return Rollouts(outs, texts, teacher)
+
+
+def score_rollouts(run: Trainer, records: list[dict], rollouts: Rollouts, tools: HostTools):
+    """Rule labels and the reward source's host rewards.
+
+    Returns (host rewards per view, labels, extracted answers, pending, metrics): `pending` is a
+    future of rule labels that no reward waits for (verified while the device updates).
+    """
+    texts = rollouts.texts[0]
+    references = [records[i // run.G]["reference"] for i in range(len(texts))]
+    metrics, pending, labels, extracted = {}, None, None, None
+    if run.source.uses_rule_labels:
+        labels, extracted, timeouts = rewards.rule_labels(tools.verifier, references, texts)
+        metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
+    else:
+        pending = tools.background.submit(rewards.rule_labels, tools.verifier, references, texts)
+    host_rewards, host_metrics = run.source.host(rewards.RewardInputs(
+        records, rollouts.texts, labels, extracted, rollouts.teacher, run.G, tools.verifier))
+    return host_rewards, labels, extracted, pending, metrics | host_metrics
+
+
+def _view_batch(run: Trainer, out, host_rewards: np.ndarray) -> dict:
+    c = run.config
+    lengths, truncated = np.asarray(out.lengths), np.asarray(out.truncated)
+    shaped, loss_weight = rl.apply_overlong(
+        c.rl.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths), jnp.asarray(truncated),
+        max_len=c.rollout.max_new_tokens, cache_len=c.rl.overlong_cache_len,
+        factor=c.rl.overlong_factor)
+    return {"prompt_tokens": np.asarray(out.prompt_tokens),
+            "prompt_mask": np.asarray(out.prompt_mask), "tokens": np.asarray(out.tokens),
+            "mask": np.asarray(out.mask), "rewards": host_rewards.astype(np.float32),
+            "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
+            "loss_weight": np.asarray(loss_weight, np.float32)}
+
+
+def make_batch(run: Trainer, records, rollouts: Rollouts, host_rewards, labels, pending) -> dict:
+    """The compiled step's batch: every view's rows, then the RM's inputs of view 0."""
+    views = [_view_batch(run, out, r) for out, r in zip(rollouts.outs, host_rewards)]
+    batch = {k: np.concatenate([v[k] for v in views]) for k in views[0]}
+    if run.rm_cfg is not None:
+        rows = [format_rm_input(records[i // run.G]["question"], records[i // run.G]["reference"],
+                                t) for i, t in enumerate(rollouts.texts[0])]
+        batch["rm_tokens"], batch["rm_mask"] = tokenize_rm_inputs(run.rm_tokenizer, rows,
+                                                                  run.config.cooper.max_len)
+        if pending is None:
+            batch["rule_labels"] = labels
+    return batch
+
+
+def rm_pairs(run: Trainer, step: int, records, texts, labels, extracted, tools: HostTools):
+    """Cooper: one (positive, negative) pair per prompt, tokenised for the RM update."""
+    c = run.config
+    pairs, stats = cooper.build_pairs(
+        c.cooper.negative, records, texts, labels, extracted, run.G, verifier=tools.verifier,
+        rewriter=tools.rewriter, rng=np.random.default_rng([c.seed, step]),
+        tries=c.cooper.rewrite_tries)
+    return cooper.tokenize_pairs(run.rm_tokenizer, records, pairs, c.cooper.max_len), stats
+
+
+def collect(run: Trainer, step: int, records: list[dict], tools: HostTools, draw: int = 0):
+    """The host half of one step: rollouts, rewards and (for Cooper) pairs.
+
+    Returns (batch, metrics, pending); `pending` as in `score_rollouts`.
+    """
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(run.config.seed), step), draw)
+    t0 = time.perf_counter()
+    rollouts = sample_rollouts(run, records, key)
+    t1 = time.perf_counter()
+    host_rewards, labels, extracted, pending, metrics = score_rollouts(run, records, rollouts,
+                                                                       tools)
+    metrics.update({"time/sample": t1 - t0, "time/verify": time.perf_counter() - t1})
+    batch = make_batch(run, records, rollouts, host_rewards, labels, pending)
+    if run.source.trains_rm:
+        t0 = time.perf_counter()
+        pair_batch, pair_stats = rm_pairs(run, step, records, rollouts.texts[0], labels,
+                                          extracted, tools)
+        batch.update(pair_batch)
+        metrics.update(pair_stats)
+        metrics["time/pairs"] = time.perf_counter() - t0
+    out = rollouts.outs[0]
+    metrics.update(response_length=float(np.asarray(out.lengths).mean()),
+                   truncated_fraction=float(np.asarray(out.truncated).mean()),
+                   generated_tokens=int(np.asarray(out.mask).sum()))
+    return batch, metrics, pending
+
+
+def collect_informative(run: Trainer, step: int, pipeline, tools: HostTools):
+    """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
+    prompts (at most rl.dynamic_max_draws draws)."""
+    draw_metrics = []
+
+    def draw():
+        batch, metrics, _ = collect(run, step, pipeline.next_batch(), tools,
+                                    draw=len(draw_metrics))
+        draw_metrics.append(metrics)
+        return {k: v.reshape((run.B, run.G) + v.shape[1:]) for k, v in batch.items()}
+
+    groups, stats = rl.fill_batch(draw, run.B, run.config.rl.dynamic_max_draws)
+    batch = {k: v.reshape((run.B * run.G,) + v.shape[2:]) for k, v in groups.items()}
+    return batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()}
+
+
+def finish_rule_labels(pending, step_metrics: dict) -> dict:
+    """Rule accuracy (and its agreement with the RM's scores) from labels verified while the
+    device updated."""
+    labels, _, timeouts = pending.result()
+    scores = np.asarray(step_metrics.pop("rm_scores"))
+    return {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts,
+            "rm_rule_agreement": float(np.mean((scores > 0) == (labels > 0.5)))}
+
+
+def evaluate(run: Trainer, verifier) -> dict:
+    """Greedy and sampled accuracy of the current policy on the held-out records."""
+    c = run.config
+    if not run.eval_records:
+        return {}
+    report, _ = evaluate_policy(
+        run.state.policy.params, run.policy_cfg, run.tokenizer, run.eval_records,
+        template=c.data.prompt_template, chat=c.data.chat_template, verifier=verifier, k=1,
+        temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
+        max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
+        batch_size=c.eval.batch_size, seed=c.seed, kernel_impl=c.kernels.impl)
+    return {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
+            "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
+
+
+def rm_heldout(run: Trainer) -> dict:
+    """The RM's accuracy on `cooper.heldout_triples` (when set)."""
+    path = run.config.cooper.heldout_triples
+    if run.rm_cfg is None or not path:
+        return {}
+    report, _ = evaluate_reward_model(run.state.rm.params, run.rm_cfg, run.rm_tokenizer,
+                                      read_triples(path), max_len=run.config.cooper.max_len,
+                                      batch_size=64)
+    return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
+
+
+def _due(done: int, every: int, last: bool) -> bool:
+    return last or bool(every and done % every == 0)
+
+
+# ---------------------------------------------------------------------- the loop
+def run_loop(run: Trainer) -> dict:
+    c = run.config
+    pipeline = data.PromptPipeline(run.train_records, batch_size=run.B, seed=c.seed)
+    stop = {"flag": False}
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
+    start_time = time.time()
+    with RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s) as verifier, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
+        tools = HostTools(verifier, background)
+        if run.source.trains_rm and cooper.negative_strategy(c.cooper.negative).needs_assistant:
+            tools.rewriter = cooper.make_rewriter(c, run.mesh)
+        if run.resuming:
+            run.state, meta = run.ckpt.restore(run.state)
+            pipeline.restore(meta["data"])
+            extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy")}
+            extra["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
+            log.info("resumed from step %d", int(run.state.step))
+        else:
+            initial = evaluate(run, verifier)
+            extra = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
+                     "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
+                     "wall_seconds_before": 0.0}
+            run.ckpt.save(0, run.state, run.meta(0, pipeline, extra))
+        start = int(run.state.step)
+        writer = MetricWriter(run.workdir, start if run.resuming else None)
+        if not run.resuming:  # step 0 of the curves: the policy (and RM) before RL
+            writer.write(0, initial | rm_heldout(run))
+        nan_skips, final = 0, None
+        bar = tqdm.tqdm(range(start, c.train.steps), initial=start, total=c.train.steps,
+                        desc="coop-train", disable=jax.process_index() != 0)
+        for step in bar:
+            t_step = time.perf_counter()
+            metrics = {}
+            if run.source.before_step is not None:
+                run.state, metrics = run.source.before_step(run.state, step, c)
+            pending = None
+            if c.rl.dynamic_sampling:
+                batch, host_metrics = collect_informative(run, step, pipeline, tools)
             else:
-                initial = self.evaluate(self.state.policy.params, verifier)
-                extra = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
-                         "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
-                         "wall_seconds_before": 0.0}
-                self.ckpt.save(0, self.state, self.meta(0, pipeline, extra))
-            start = int(self.state.step)
-            writer = _metric_writer(self.workdir, start if self.resuming else None)
-            if not self.resuming:  # step 0 of the curves: the policy (and RM) before RL
-                writer.write(0, initial | self._rm_heldout())
-            nan_skips, final = 0, None
-            bar = tqdm.tqdm(range(start, c.train.steps), initial=start, total=c.train.steps,
-                            desc="coop-train", disable=jax.process_index() != 0)
-            for step in bar:
-                t_step = time.perf_counter()
-                pending = None
-                if c.rl.dynamic_sampling:
-                    batch, metrics = self.collect_informative(step, pipeline, verifier)
-                else:
-                    batch, metrics, pending = self.collect(step, pipeline.next_batch(), verifier)
-                t0 = time.perf_counter()
-                new_state, step_metrics = self.update(batch)  # dispatched asynchronously
-                if pending is not None:
-                    labels, _, timeouts = pending.result()
-                    metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
-                step_metrics = jax.device_get(step_metrics)
-                if pending is not None:
-                    scores = np.asarray(step_metrics.pop("rm_scores"))
-                    metrics["rm_rule_agreement"] = float(np.mean((scores > 0) == (labels > 0.5)))
-                metrics["time/update"] = time.perf_counter() - t0
-                if not np.isfinite(step_metrics["loss"]):
-                    if c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:
-                        raise FloatingPointError(f"non-finite loss ({step_metrics['loss']}) at "
-                                                 f"step {step}")
-                    nan_skips += 1
-                    log.warning("non-finite loss at step %d: update skipped", step)
-                    metrics["skipped_update"] = 1
-                else:
-                    self.state = new_state
-                metrics.update(step_metrics)
-                metrics["time/step"] = time.perf_counter() - t_step
-                metrics["tokens_per_second"] = metrics["generated_tokens"] / metrics["time/step"]
-                done = step + 1
-                last = done == c.train.steps
-                if last or (c.train.eval_every and done % c.train.eval_every == 0):
-                    metrics.update(self.evaluate(self.state.policy.params, verifier))
-                if last or (c.cooper.heldout_every and done % c.cooper.heldout_every == 0):
-                    metrics.update(self._rm_heldout())
-                if last:
-                    final = metrics
-                row = writer.write(done, metrics)
-                bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
-                                acc=f"{row.get('rule_accuracy', 0):.3f}")
-                if stop["flag"] or (c.train.checkpoint_every and done % c.train.checkpoint_every
-                                    == 0) or done == c.train.steps:
-                    wall = extra["wall_seconds_before"] + time.time() - start_time
-                    self.ckpt.save(done, self.state, self.meta(
-                        done, pipeline, extra | {"wall_seconds_before": wall}))
-                if stop["flag"]:
-                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
-                    writer.close()
-                    signal.signal(signal.SIGTERM, previous)
-                    return {"stopped_at": done}
-            writer.close()
-            if final is None:  # resumed a run that had already finished its steps
-                final = self.evaluate(self.state.policy.params, verifier) | self._rm_heldout()
-            stats = verifier.stats.as_dict()
-        signal.signal(signal.SIGTERM, previous)
-        summary = {
-            "method": self.reward_type, "reward_type": self.reward_type, "seed": c.seed,
-            "steps": c.train.steps,
-            "initial_accuracy": extra.get("initial_accuracy"),
-            "initial_sampled_accuracy": extra.get("initial_sampled_accuracy"),
-            "final_accuracy": final.get("eval/greedy_accuracy"),
-            "final_sampled_accuracy": final.get("eval/sampled_accuracy"),
-            "wall_seconds": extra["wall_seconds_before"] + time.time() - start_time,
-            "skipped_rows": self.skipped_rows, "verifier": stats,
-        }
-        if "rm_heldout_accuracy" in final:
-            summary["rm_heldout_accuracy"] = final["rm_heldout_accuracy"]
-        with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        _plot(self.workdir)
-        self.ckpt.close()
-        return summary
+                batch, host_metrics, pending = collect(run, step, pipeline.next_batch(), tools)
+            metrics.update(host_metrics)
 
+            t0 = time.perf_counter()
+            new_state, step_metrics = run.update(batch)  # dispatched asynchronously
+            step_metrics = jax.device_get(step_metrics)
+            if pending is not None:
+                metrics.update(finish_rule_labels(pending, step_metrics))
+            metrics["time/update"] = time.perf_counter() - t0
+            if np.isfinite(step_metrics["loss"]):
+                run.state = new_state
+            elif c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:
+                raise FloatingPointError(f"non-finite loss ({step_metrics['loss']}) at step "
+                                         f"{step}")
+            else:
+                nan_skips += 1
+                log.warning("non-finite loss at step %d: update skipped", step)
+                metrics["skipped_update"] = 1
+            metrics.update(step_metrics)
+            metrics["time/step"] = time.perf_counter() - t_step
+            metrics["tokens_per_second"] = metrics["generated_tokens"] / metrics["time/step"]
 
-def _metric_writer(workdir, resume_step):
-    from coop_jax.metrics_writer import MetricWriter
-    return MetricWriter(workdir, resume_step)
-
-
-def _plot(workdir: str) -> None:
-    from coop_jax.eval.report import plot_curves
-    from coop_jax.metrics_writer import read_metrics
-    plot_curves({os.path.basename(os.path.abspath(workdir)): read_metrics(workdir)},
-                os.path.join(workdir, "curves.png"))
+            done = step + 1
+            last = done == c.train.steps
+            if _due(done, c.train.eval_every, last):
+                metrics.update(evaluate(run, verifier))
+            if _due(done, c.cooper.heldout_every, last):
+                metrics.update(rm_heldout(run))
+            if last:
+                final = metrics
+            row = writer.write(done, metrics)
+            bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
+                            acc=f"{row.get('rule_accuracy', 0):.3f}")
+            if stop["flag"] or _due(done, c.train.checkpoint_every, last):
+                wall = extra["wall_seconds_before"] + time.time() - start_time
+                run.ckpt.save(done, run.state, run.meta(
+                    done, pipeline, extra | {"wall_seconds_before": wall}))
+            if stop["flag"]:
+                log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
+                writer.close()
+                signal.signal(signal.SIGTERM, previous)
+                return {"stopped_at": done}
+        writer.close()
+        if final is None:  # resumed a run that had already finished its steps
+            final = evaluate(run, verifier) | rm_heldout(run)
+        stats = verifier.stats.as_dict()
+    signal.signal(signal.SIGTERM, previous)
+    summary = {
+        "method": c.reward.type, "reward_type": c.reward.type, "seed": c.seed,
+        "steps": c.train.steps,
+        "initial_accuracy": extra.get("initial_accuracy"),
+        "initial_sampled_accuracy": extra.get("initial_sampled_accuracy"),
+        "final_accuracy": final.get("eval/greedy_accuracy"),
+        "final_sampled_accuracy": final.get("eval/sampled_accuracy"),
+        "wall_seconds": extra["wall_seconds_before"] + time.time() - start_time,
+        "skipped_rows": run.skipped_rows, "verifier": stats,
+    }
+    if "rm_heldout_accuracy" in final:
+        summary["rm_heldout_accuracy"] = final["rm_heldout_accuracy"]
+    with open(os.path.join(run.workdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_curves({os.path.basename(os.path.abspath(run.workdir)): read_metrics(run.workdir)},
+                os.path.join(run.workdir, "curves.png"))
+    run.ckpt.close()
+    return summary
 
 
 def train(config, workdir: str) -> dict:

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from coop_jax import models, rl
+from coop_jax.rl._registry import lookup
 from coop_jax.models.logprobs import response_logprobs
 
 Array = jax.Array
@@ -57,10 +58,26 @@ class StepConfig:
     kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
 
     def __post_init__(self):
-        if self.reward_source not in ("batch", "rm", "hybrid"):
-            raise ValueError(f"reward_source must be batch, rm or hybrid, got {self.reward_source!r}")
+        if self.reward_source not in DEVICE_REWARDS:
+            raise ValueError(f"StepConfig.reward_source must be one of {sorted(DEVICE_REWARDS)}, "
+                             f"got {self.reward_source!r}")
         if (self.reward_source != "batch" or self.train_rm) and self.rm is None:
             raise ValueError("an RM reward or RM training needs StepConfig.rm")
+
+
+def _constant_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
+    del total_steps
+    return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
+                                 optax.constant_schedule(learning_rate)], [warmup_steps])
+
+
+def _cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
+    return optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 0),
+                                              max(total_steps, warmup_steps + 1))
+
+
+# learning-rate schedules after a linear warm-up: (peak, warmup_steps, total_steps) -> schedule
+SCHEDULES = {"constant": _constant_schedule, "cosine": _cosine_schedule}
 
 
 def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
@@ -68,16 +85,16 @@ def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: 
                    b2: float = 0.999, eps: float = 1e-8,
                    grad_clip: float = 0.0) -> optax.GradientTransformation:
     """AdamW with linear warm-up then constant or cosine decay, after global-norm clipping."""
-    if schedule == "cosine":
-        lr = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 0),
-                                                max(total_steps, warmup_steps + 1))
-    elif schedule == "constant":
-        lr = optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
-                                   optax.constant_schedule(learning_rate)], [warmup_steps])
-    else:
-        raise ValueError(f"optim.schedule must be 'constant' or 'cosine', got {schedule!r}")
+    lr = lookup(SCHEDULES, schedule, "schedule")(learning_rate, warmup_steps, total_steps)
     parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
     return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+
+
+def gradient_step(loss_fn, model: ModelState, tx, *args) -> tuple[ModelState, Any, Any]:
+    """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`: (new state, aux, grads)."""
+    (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(model.params, *args)
+    updates, opt_state = tx.update(grads, model.opt_state, model.params)
+    return ModelState(optax.apply_updates(model.params, updates), opt_state), aux, grads
 
 
 def rm_rewards(rm_params, cfg: StepConfig, tokens: Array, mask: Array) -> tuple[Array, Array]:
@@ -104,10 +121,12 @@ def _logprobs(params, cfg: StepConfig, batch: dict):
                              impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
 
 
-def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
-    """Sequence rewards [R] of the batch; RM rewards use the RM parameters in `state`."""
-    if cfg.reward_source == "batch":
-        return batch["rewards"].astype(jnp.float32), {}
+def _batch_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+    """The host's rewards (rule labels, majority-vote pseudo-labels, ...)."""
+    return batch["rewards"].astype(jnp.float32), {}
+
+
+def _rm_scores(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, Array, dict]:
     proxy, scores = rm_rewards(state.rm.params, cfg, batch["rm_tokens"], batch["rm_mask"])
     metrics = {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
     if "rule_labels" in batch:
@@ -115,13 +134,31 @@ def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Ar
         metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
     else:  # rule labels still being computed on the host: it compares them with these
         metrics["rm_scores"] = scores
-    if cfg.reward_source == "rm":
-        return proxy, metrics
-    # hybrid: the rule decides the stratum, the RM orders rollouts inside it:
-    # correct -> [1 - w, 1], incorrect -> [0, w]
+    return proxy, scores, metrics
+
+
+def _rm_reward(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+    """sigmoid(score) (or its 0/1 threshold) under the PRE-update reward model."""
+    proxy, _, metrics = _rm_scores(state, cfg, batch)
+    return proxy, metrics
+
+
+def _hybrid_reward(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+    """The rule decides the stratum, the RM orders rollouts inside it:
+    correct -> [1 - w, 1], incorrect -> [0, w]."""
+    _, scores, metrics = _rm_scores(state, cfg, batch)
     rule = batch["rewards"].astype(jnp.float32)
     w = cfg.hybrid_rm_weight
     return rule * (1.0 - w) + w * jax.nn.sigmoid(scores), metrics
+
+
+# StepConfig.reward_source -> (state, cfg, batch) -> (sequence rewards [R], metrics)
+DEVICE_REWARDS = {"batch": _batch_rewards, "rm": _rm_reward, "hybrid": _hybrid_reward}
+
+
+def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+    """Sequence rewards [R] of the batch; RM rewards use the RM parameters in `state`."""
+    return DEVICE_REWARDS[cfg.reward_source](state, cfg, batch)
 
 
 def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantages: Array,
@@ -147,11 +184,9 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
         return losses.sum(), jax.tree_util.tree_map(jnp.mean, metrics)
 
     def minibatch_step(model: ModelState, minibatch):
-        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(model.params, minibatch)
-        updates, opt_state = tx.update(grads, model.opt_state, model.params)
-        params = optax.apply_updates(model.params, updates)
+        model, metrics, grads = gradient_step(loss_fn, model, tx, minibatch)
         metrics["grad_norm"] = optax.global_norm(grads)
-        return ModelState(params, opt_state), metrics
+        return model, metrics
 
     def epoch(model, _):
         return jax.lax.scan(minibatch_step, model, mb)
@@ -161,14 +196,10 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
 
 
 def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[ModelState, dict]:
-    (_, metrics), grads = jax.value_and_grad(bradley_terry_loss, has_aux=True)(
-        state.rm.params, cfg.rm, batch)
-    updates, opt_state = rm_tx.update(grads, state.rm.opt_state, state.rm.params)
-    params = optax.apply_updates(state.rm.params, updates)
+    updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm, batch)
     has_pairs = metrics["rm_valid_pairs"] > 0
     keep = lambda new, old: jnp.where(has_pairs, new, old)
-    new = ModelState(jax.tree_util.tree_map(keep, params, state.rm.params),
-                     jax.tree_util.tree_map(keep, opt_state, state.rm.opt_state))
+    new = jax.tree_util.tree_map(keep, updated, state.rm)  # no pair: no step at all
     metrics["rm_grad_norm"] = optax.global_norm(grads)
     metrics["rm_pair_acc_before"] = metrics.pop("rm_pair_acc")
     return new, metrics
@@ -176,7 +207,8 @@ def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[
 
 def train_step(state: TrainState, batch: dict, *, cfg: StepConfig, tx, rm_tx=None
                ) -> tuple[TrainState, dict]:
-    """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see `jit_step`)."""
+    """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
+    `jit_step`)."""
     rewards, metrics = compute_rewards(state, cfg, batch)
     old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
     old_logp = jax.lax.stop_gradient(old_logp)

@@ -13,11 +13,80 @@ import pathlib  # noqa: E402
 
 import pytest  # noqa: E402
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TESTS = pathlib.Path(__file__).resolve().parent
+FIXTURE_DATA = TESTS / "data"  # a few dozen rows per benchmark, shipped with the repository
+# The complete benchmark files, when this machine has them (the development machines' copy).
+SHARED_DATA = TESTS.parents[1] / "shared" / "data"
+FULL_ROWS = {"gsm8k/train": 7473, "gsm8k/test": 1319, "math500/test": 500}
+
+
+def _full_data_dir() -> pathlib.Path | None:
+    env = os.environ.get("COOP_JAX_DATA_DIR")
+    if env:
+        if not pathlib.Path(env).is_dir():
+            raise pytest.UsageError(f"COOP_JAX_DATA_DIR={env!r} is not a folder")
+        return pathlib.Path(env)
+    return SHARED_DATA if (SHARED_DATA / "gsm8k" / "test.jsonl").is_file() else None
+
+
+FULL_DATA = _full_data_dir()
+
+
+def _rows(path: pathlib.Path) -> int:
+    with path.open(encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"shared data folder not found at {SHARED_DATA}")
-    return SHARED_DATA
+    """The benchmark folder (gsm8k/, math500/): the full copy when present, else the fixtures."""
+    return FULL_DATA or FIXTURE_DATA
+
+
+@pytest.fixture(scope="session")
+def data_rows(shared_data) -> dict[str, int]:
+    """Rows of each benchmark file in `shared_data` ("gsm8k/test": 1319 on the full copy)."""
+    if FULL_DATA is not None:
+        return dict(FULL_ROWS)
+    return {name: _rows(FIXTURE_DATA / f"{name}.jsonl") for name in FULL_ROWS}
+
+
+def pytest_report_header(config):
+    if FULL_DATA is not None:
+        return f"benchmark data: full copy at {FULL_DATA}"
+    return ("benchmark data: tests/data fixtures only; the full-data checks did NOT run "
+            "(set COOP_JAX_DATA_DIR or put the data in ../shared/data)")
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(pytest_report_header(None))
+
+
+def tiny_model_config(**overrides):
+    """The tiny decoder the unit tests share (1 layer, hidden 32, the char tokenizer's vocabulary);
+    `overrides` replace fields."""
+    from coop_jax.models import ModelConfig
+    fields = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                  num_kv_heads=1)
+    return ModelConfig(**(fields | overrides))
+
+
+def save_tiny_policy(workdir: pathlib.Path, step: int, config) -> None:
+    """A coop-train-style checkpoint of a random tiny policy with `config` in its metadata."""
+    import json
+    import types
+
+    import jax
+
+    from coop_jax import models
+    from coop_jax.checkpoint import Checkpointer, model_config_to_dict
+
+    cfg = tiny_model_config()
+    state = types.SimpleNamespace(
+        policy=types.SimpleNamespace(params=models.init_params(cfg, jax.random.key(0)),
+                                     opt_state=None), ref_params=None, rm=None)
+    meta = {"step": step, "policy_model_config": model_config_to_dict(cfg), "tokenizer": "",
+            "config": json.loads(json.dumps(config.to_dict()))}
+    ckpt = Checkpointer(str(workdir / "checkpoints"))
+    ckpt.save(step, state, meta)
+    ckpt.close()

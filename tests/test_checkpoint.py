@@ -15,14 +15,15 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import checkpoint, models, parallel
 from coop_jax.train_step import TrainState, init_state, make_optimizer, place_state
 
-CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
-                         num_heads=4, num_kv_heads=2, family="llama", rope_theta=500000.0,
-                         rope_scaling={"rope_type": "llama3", "factor": 8.0,
-                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                       "original_max_position_embeddings": 64})
+CFG = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, family="llama",
+                        rope_theta=500000.0,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64})
 RM_CFG = CFG.replace(num_labels=1, rope_scaling=None, family="qwen2", qkv_bias=True)
 TX, RM_TX = make_optimizer(1e-3), make_optimizer(1e-4, weight_decay=0.01)
 BIG_FLOATS = 75_000_000  # ~300 MB of float32: a save that takes long enough to be killed

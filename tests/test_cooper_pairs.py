@@ -152,14 +152,14 @@ def test_tokenize_pairs_masks_missing_pairs():
 
 def test_corewarding_decay_schedule():
     a0, a1, T = 0.01, 1e-5, 100
-    assert cooper.corewarding_decay(0, a0, a1, T) == pytest.approx(a0)     # a_1 = a_start
-    assert cooper.corewarding_decay(T, a0, a1, T) == pytest.approx(a1)     # a_{T+1} = a_end
-    assert cooper.corewarding_decay(T // 2, a0, a1, T) == pytest.approx((a0 + a1) / 2)
+    assert rewards.corewarding_decay(0, a0, a1, T) == pytest.approx(a0)     # a_1 = a_start
+    assert rewards.corewarding_decay(T, a0, a1, T) == pytest.approx(a1)     # a_{T+1} = a_end
+    assert rewards.corewarding_decay(T // 2, a0, a1, T) == pytest.approx((a0 + a1) / 2)
     quarter = a1 + 0.5 * (a0 - a1) * (1 + math.cos(math.pi / 4))
-    assert cooper.corewarding_decay(T // 4, a0, a1, T) == pytest.approx(quarter)
-    assert cooper.corewarding_decay(5 * T, a0, a1, T) == pytest.approx(a1)  # clipped at T
-    assert cooper.corewarding_decay(-3, a0, a1, T) == pytest.approx(a0)
-    values = [cooper.corewarding_decay(k, a0, a1, T) for k in range(T + 1)]
+    assert rewards.corewarding_decay(T // 4, a0, a1, T) == pytest.approx(quarter)
+    assert rewards.corewarding_decay(5 * T, a0, a1, T) == pytest.approx(a1)  # clipped at T
+    assert rewards.corewarding_decay(-3, a0, a1, T) == pytest.approx(a0)
+    values = [rewards.corewarding_decay(k, a0, a1, T) for k in range(T + 1)]
     assert all(x >= y for x, y in zip(values, values[1:]))
 
 

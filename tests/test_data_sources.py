@@ -1,4 +1,5 @@
-"""JSON-lines readers and load_split on the shared benchmark files."""
+"""JSON-lines readers and load_split on the benchmark files (the full copy when present, else the
+tests/data fixtures)."""
 import json
 import re
 
@@ -21,11 +22,12 @@ def math500(shared_data):
     return load_math_jsonl(shared_data / "math500" / "test.jsonl")
 
 
-def test_gsm8k_test_file(gsm8k_test):
+def test_gsm8k_test_file(gsm8k_test, data_rows):
     records, stats = gsm8k_test
-    assert len(records) == 1319 and stats.rows == 1319 and stats.num_skipped == 0
+    n = data_rows["gsm8k/test"]
+    assert len(records) == n and stats.rows == n and stats.num_skipped == 0
     assert all(NUMBER.fullmatch(r["reference"]) for r in records)
-    assert len({r["id"] for r in records}) == 1319
+    assert len({r["id"] for r in records}) == n
     first = records[0]
     assert first["id"] == "gsm8k-test-0" and first["reference"] == "18"
     assert first["question"].startswith("Janet")
@@ -35,9 +37,9 @@ def test_gsm8k_test_file(gsm8k_test):
     assert any(r["reference"] == "1450000" for r in records)
 
 
-def test_math500_file(math500, shared_data):
+def test_math500_file(math500, shared_data, data_rows):
     records, stats = math500
-    assert len(records) == 500 and stats.num_skipped == 0
+    assert len(records) == data_rows["math500/test"] and stats.num_skipped == 0
     assert all(r["reference"].strip() for r in records)
     raw = [json.loads(line) for line in (shared_data / "math500" / "test.jsonl").open()]
     assert [r["reference"] for r in records] == [row["answer"] for row in raw]
@@ -111,13 +113,14 @@ def test_small_helpers():
     assert strip_calculator_annotations("3*4 = <<3*4=12>>12") == "3*4 = 12"
 
 
-def test_load_split(shared_data):
+def test_load_split(shared_data, data_rows):
     recs = load_split("gsm8k", "test", data_dir=shared_data / "gsm8k", num_examples=10)
     assert len(recs) == 10 and recs[0]["id"] == "gsm8k-test-0"
     # data_dir may also be the parent folder holding <dataset>/<split>.jsonl.
     assert load_split("gsm8k", "test", data_dir=shared_data, num_examples=10) == recs
-    assert len(load_split("math500", "test", data_dir=shared_data / "math500")) == 500
-    assert len(load_split("math500", "test", data_dir=shared_data, num_examples=600)) == 500
+    n = data_rows["math500/test"]
+    assert len(load_split("math500", "test", data_dir=shared_data / "math500")) == n
+    assert len(load_split("math500", "test", data_dir=shared_data, num_examples=n + 100)) == n
 
 
 def test_load_split_synthetic():

@@ -1,4 +1,5 @@
-"""TFDS builders prepared from the shared JSON-lines files (one module: TensorFlow loads once)."""
+"""TFDS builders prepared from the benchmark JSON-lines files (the full copy when present, else
+tests/data; one module: TensorFlow loads once)."""
 import pytest
 import tensorflow_datasets as tfds
 
@@ -14,7 +15,7 @@ from coop_jax.data.tfds_builders import (
     example_to_record,
 )
 
-GSM8K_MAX = 64
+GSM8K_MAX = 24  # within the shipped fixtures (tests/data) and the full files
 
 
 def records_of(builder, split):
@@ -62,10 +63,10 @@ def test_tfds_load_reuses_prepared_data(gsm8k_builder, data_dir, shared_data):
     assert example["rephrased"] == b""
 
 
-def test_math500_builder(math500_builder, shared_data):
+def test_math500_builder(math500_builder, shared_data, data_rows):
     assert list(math500_builder.info.splits) == ["test"]
     got = records_of(math500_builder, "test")
-    assert len(got) == 500
+    assert len(got) == data_rows["math500/test"]
     expected, _ = load_math_jsonl(shared_data / "math500" / "test.jsonl", id_prefix="math500-test")
     assert got == {r["id"]: r for r in expected}
 

@@ -12,6 +12,7 @@ from absl.app import UsageError
 import torch  # noqa: E402  (the test extra installs the CPU build)
 import transformers  # noqa: E402
 
+from conftest import save_tiny_policy  # noqa: E402
 from coop_jax.eval import cli, report  # noqa: E402
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs  # noqa: E402
@@ -94,27 +95,12 @@ def test_coop_eval_rm_hf_matches_transformers(rm_dir, tmp_path):
 def test_coop_eval_checkpoint_uses_saved_config_and_tokenizer(tmp_path):
     """A coop-train workdir: model config, tokenizer ("" = the char tokenizer) and the training
     config (lengths, verifier workers) come from the checkpoint meta; --config.x overrides it."""
-    import types
-
-    import jax
-
-    from coop_jax import models
-    from coop_jax.checkpoint import Checkpointer, model_config_to_dict
     from coop_jax.config import base_config
 
-    cfg = models.ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1,
-                             num_heads=2, num_kv_heads=1)
-    state = types.SimpleNamespace(
-        policy=types.SimpleNamespace(params=models.init_params(cfg, jax.random.key(0)),
-                                     opt_state=None), ref_params=None, rm=None)
     config = base_config()
     config.verifier.num_workers, config.data.max_prompt_len = 1, 24
     config.rollout.max_new_tokens, config.eval.batch_size = 12, 4
-    meta = {"step": 3, "policy_model_config": model_config_to_dict(cfg), "tokenizer": "",
-            "config": json.loads(json.dumps(config.to_dict()))}
-    ckpt = Checkpointer(str(tmp_path / "work" / "checkpoints"))
-    ckpt.save(3, state, meta)
-    ckpt.close()
+    save_tiny_policy(tmp_path / "work", 3, config)
     rep = cli.main(["coop-eval", f"--checkpoint={tmp_path / 'work'}", "--num_examples=3",
                     "--k=0", "--config.rollout.max_new_tokens=10", f"--out={tmp_path / 'out'}"])
     assert rep["source"]["step"] == 3 and rep["k"] == 0 and "avg_at_k" not in rep

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import models
 from coop_jax.data import format_prompt, load_split
 from coop_jax.eval import evaluate as ev
@@ -19,8 +20,7 @@ INTERVAL_KEYS = ("greedy_accuracy", "avg_at_k", "pass_at_k", "mean_response_leng
 
 @pytest.fixture(scope="module")
 def tiny():
-    cfg = models.ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1,
-                             num_heads=2, num_kv_heads=1)
+    cfg = tiny_model_config()
     return cfg, models.init_params(cfg, jax.random.key(0)), load_tokenizer()
 
 
@@ -171,8 +171,7 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
                for c, y in [(2, True), (3, False), (2, 1), (5, 0), (2, True), (7, False)]]
     scores = np.array([2.0, -1.0, 0.5, 0.7, -0.2, -3.0])
     monkeypatch.setattr(ev, "score_triples", lambda *a, **k: scores)
-    rm_cfg = models.ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                num_layers=1, num_heads=2, num_kv_heads=1, num_labels=1)
+    rm_cfg = tiny_model_config(num_labels=1)
     report, rows = ev.evaluate_reward_model(None, rm_cfg, None, triples, max_len=64)
     # predictions: T F T T F F vs labels T F T F T F -> 4/6 right
     assert report["accuracy"]["mean"] == pytest.approx(4 / 6)

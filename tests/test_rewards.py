@@ -58,8 +58,66 @@ def test_rule_labels_from_the_process_pool():
     assert extracted == ["7", "8", "0.5", None] and timeouts == 0
 
 
-def test_every_reward_type_has_a_source():
-    assert set(rewards.REWARD_SOURCE) == set(config.REWARD_TYPES)
-    assert set(rewards.REWARD_SOURCE.values()) <= {"batch", "rm", "hybrid"}
-    assert {k for k, v in rewards.REWARD_SOURCE.items() if v != "batch"} == set(
-        config.RM_REWARD_TYPES)
+def test_every_reward_type_is_registered_with_a_device_source():
+    from coop_jax.train_step import DEVICE_REWARDS
+    assert config.REWARD_TYPES == tuple(rewards.REWARD_SOURCES)
+    for name, source in rewards.REWARD_SOURCES.items():
+        assert source.name == name and source.device in DEVICE_REWARDS
+        assert source.needs_rm == (name in config.RM_REWARD_TYPES)
+    assert {n for n, s in rewards.REWARD_SOURCES.items() if s.trains_rm} == {"cooper"}
+    assert rewards.REWARD_SOURCES["corewarding_1"].num_views == 2
+    assert rewards.REWARD_SOURCES["corewarding_2"].before_step is rewards.ema_teacher_update
+    with pytest.raises(ValueError, match="reward.type='nope' is not one of"):
+        rewards.reward_source("nope")
+
+
+def _inputs(views, labels=None, extracted=None, teacher=None, G=2):
+    records = [{"question": "q1", "reference": "7"}, {"question": "q2", "reference": "3"}]
+    return rewards.RewardInputs(records, views, labels, extracted, teacher, G, _Extractor())
+
+
+class _Extractor:
+    def extract_batch(self, texts):
+        return [t.split("#### ")[-1] if "####" in t else None for t in texts]
+
+
+def test_host_rewards_of_the_label_free_sources():
+    views = [["#### 7", "#### 8", "#### 3", "#### 3"]]
+    extracted = _Extractor().extract_batch(views[0])
+    labels = np.array([1, 0, 1, 1], np.float32)
+    [r], m = rewards.REWARD_SOURCES["rule"].host(_inputs(views, labels, extracted))
+    np.testing.assert_array_equal(r, labels)
+    # majority vote: group 0 ties -> "7" (seen first), group 1 -> "3"
+    [r], m = rewards.REWARD_SOURCES["majority_vote"].host(_inputs(views, labels, extracted))
+    np.testing.assert_array_equal(r, [1, 0, 1, 1])
+    assert m["pseudo_label_accuracy"] == 1.0
+    # Co-rewarding-II: the teacher's majority labels the student's rollouts
+    teacher = ["#### 8", "#### 8", "#### 4", "#### 3"]
+    [r], m = rewards.REWARD_SOURCES["corewarding_2"].host(
+        _inputs(views, labels, extracted, teacher=teacher))
+    np.testing.assert_array_equal(r, [0, 1, 0, 0])
+    assert m["pseudo_label_accuracy"] == 0.0
+    # Co-rewarding-I: each view is labelled by the other's majority
+    rephrased = ["#### 8", "#### 8", "#### 3", "#### 9"]
+    r1, r2 = rewards.REWARD_SOURCES["corewarding_1"].host(
+        _inputs([views[0], rephrased], labels, extracted))[0]
+    np.testing.assert_array_equal(r1, [0, 1, 1, 1])
+    np.testing.assert_array_equal(r2, [0, 0, 1, 0])
+    [r], _ = rewards.REWARD_SOURCES["static_rm"].host(_inputs(views))
+    np.testing.assert_array_equal(r, np.zeros(4))
+
+
+def test_ema_teacher_update_hook():
+    import jax.numpy as jnp
+    from ml_collections import ConfigDict
+
+    from coop_jax.train_step import ModelState, TrainState
+
+    config = ConfigDict({"corewarding": {"a_start": 0.5, "a_end": 0.1, "decay_steps": 0},
+                         "train": {"steps": 4}})
+    state = TrainState(jnp.zeros((), jnp.int32), ModelState({"w": jnp.ones(3)}, None),
+                       ref_params={"w": jnp.zeros(3)})
+    new, metrics = rewards.ema_teacher_update(state, 0, config)
+    assert metrics == {"teacher_decay": 0.5}
+    np.testing.assert_allclose(new.ref_params["w"], 0.5)
+    np.testing.assert_allclose(new.policy.params["w"], 1.0)

@@ -4,10 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import models, parallel
 
-CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                         num_heads=4, num_kv_heads=2, qkv_bias=True)
+CFG = tiny_model_config(vocab_size=64, num_layers=2, num_heads=4, num_kv_heads=2, qkv_bias=True)
 RM_CFG = CFG.replace(num_labels=1)
 MESHES = [(8, 1, 1), (2, 4, 1), (2, 2, 2)]
 

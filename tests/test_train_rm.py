@@ -2,21 +2,22 @@
 trained on synthetic triples, and its checkpoint / HF export read back."""
 import dataclasses
 import json
-import types
 
 import numpy as np
 import pytest
 from absl.app import UsageError
 
+from conftest import save_tiny_policy
 from fake_openai import FakeOpenAI
 
-from coop_jax import data, models, train_rm
+from coop_jax import data, train_rm
 from coop_jax.verify import RuleVerifier
 
 RM_FLAGS = ["--config.reward_model.hidden_size=32", "--config.reward_model.intermediate_size=64",
             "--config.reward_model.num_layers=1", "--config.reward_model.num_heads=2",
             "--config.reward_model.num_kv_heads=1",
             "--config.reward_model.max_position_embeddings=128"]
+R = "--config.rm_train."  # every coop-train-rm setting is in the config's rm_train section
 MAX_LEN = 112  # the longest synthetic RM input below is 103 characters
 # Measured on 8 split/init seeds: held-out accuracy reaches 1.0 by epoch 3-7 (12-16 steps each).
 EPOCHS = 10
@@ -110,33 +111,22 @@ def test_label_triples_rule_labels_and_judge_intersection(verifier):
 
 
 def _save_policy(path):
-    import jax
-
-    from coop_jax.checkpoint import Checkpointer, model_config_to_dict
     from coop_jax.config import base_config
 
-    cfg = models.ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1,
-                             num_heads=2, num_kv_heads=1)
-    state = types.SimpleNamespace(
-        policy=types.SimpleNamespace(params=models.init_params(cfg, jax.random.key(0)),
-                                     opt_state=None), ref_params=None, rm=None)
     config = base_config()
     config.data.max_prompt_len, config.rollout.max_new_tokens = 16, 10
-    meta = {"step": 1, "policy_model_config": model_config_to_dict(cfg), "tokenizer": "",
-            "config": json.loads(json.dumps(config.to_dict()))}
-    ckpt = Checkpointer(str(path / "checkpoints"))
-    ckpt.save(1, state, meta)
-    ckpt.close()
+    save_tiny_policy(path, 1, config)
 
 
 def test_build_triples_cli_from_a_tiny_policy(tmp_path, capsys):
     _save_policy(tmp_path / "policy")
     out, held = tmp_path / "triples.jsonl", tmp_path / "held.jsonl"
-    stats = train_rm.main(["coop-train-rm", "--mode=build_triples",
-                           f"--policy_checkpoint={tmp_path / 'policy'}", "--dataset=synthetic",
-                           "--num_examples=6", "--samples_per_question=2", "--batch_size=6",
-                           "--config.verifier.num_workers=1", "--heldout_fraction=0.34",
-                           f"--heldout_out={held}", f"--out={out}"])
+    stats = train_rm.main(["coop-train-rm", R + "mode=build_triples",
+                           R + f"policy_checkpoint={tmp_path / 'policy'}", R + "dataset=synthetic",
+                           R + "num_examples=6", R + "samples_per_question=2",
+                           "--config.eval.batch_size=6", "--config.verifier.num_workers=1",
+                           R + "heldout_fraction=0.34", R + f"heldout_out={held}",
+                           R + f"out={out}"])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     held_rows = [json.loads(line) for line in held.read_text().splitlines()]
     assert stats["completions"] == 12
@@ -161,10 +151,10 @@ def trained(tmp_path_factory, verifier):
     train_rm.write_triples(str(tmp / "train.jsonl"), train)
     train_rm.write_triples(str(tmp / "held.jsonl"), held)
     summary = train_rm.main(
-        ["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
-         f"--heldout={tmp / 'held.jsonl'}", f"--workdir={tmp / 'work'}", f"--epochs={EPOCHS}",
-         "--learning_rate=3e-3", "--batch_size=16", f"--max_len={MAX_LEN}",
-         f"--export_hf={tmp / 'hf'}", *RM_FLAGS])
+        ["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+         R + f"heldout={tmp / 'held.jsonl'}", R + f"workdir={tmp / 'work'}", R + f"epochs={EPOCHS}",
+         R + "learning_rate=3e-3", R + "batch_size=16", R + f"max_len={MAX_LEN}",
+         R + f"export_hf={tmp / 'hf'}", *RM_FLAGS])
     return tmp, summary, held
 
 
@@ -224,15 +214,17 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    ([], "--mode is required"),
-    (["--mode=train", "--workdir=w"], "--triples is required"),
-    (["--mode=train", "--triples=/nonexistent.jsonl", "--workdir=w"], "no such file"),
-    (["--mode=build_triples", "--out=x"], "exactly one of --policy_checkpoint"),
-    (["--mode=build_triples", "--policy_hf=a", "--out=x", "--judge_url=http://h"],
-     "--judge_url and --judge_model"),
-    (["--mode=build_triples", "--policy_hf=a", "--out=x", "--heldout_fraction=0.1"],
-     "--heldout_out"),
-    (["--mode=train", "--batch_size=0"], "--batch_size must be >= 1"),
+    ([], r"config.rm_train.mode must be one of \['build_triples', 'train'\], got ''"),
+    ([R + "mode=train", R + "workdir=w"], "config.rm_train.triples is required"),
+    ([R + "mode=train", R + "triples=/nonexistent.jsonl", R + "workdir=w"], "no such file"),
+    ([R + "mode=build_triples", R + "out=x"], "exactly one of config.rm_train.policy_checkpoint"),
+    ([R + "mode=build_triples", R + "policy_hf=a", R + "out=x", R + "judge_url=http://h"],
+     "config.rm_train.judge_url and config.rm_train.judge_model"),
+    ([R + "mode=build_triples", R + "policy_hf=a", R + "out=x", R + "heldout_fraction=0.1"],
+     "config.rm_train.heldout_out"),
+    ([R + "mode=train", R + "batch_size=0"], "config.rm_train.batch_size must be > 0"),
+    ([R + "mode=train", R + "schedule=linear"], "config.rm_train.schedule must be one of"),
+    (["--mode=train"], "Unknown command line flag 'mode'"),
 ])
 def test_coop_train_rm_flag_errors(args, message):
     with pytest.raises(UsageError, match=message):
@@ -241,16 +233,16 @@ def test_coop_train_rm_flag_errors(args, message):
 
 def test_train_errors_name_the_field(tmp_path, trained):
     tmp, _, _ = trained
-    with pytest.raises(UsageError, match=r"batch_size \(12\) must be a multiple"):
-        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
-                       f"--workdir={tmp_path / 'w'}", "--batch_size=12", *RM_FLAGS])
+    with pytest.raises(UsageError, match=r"config.rm_train.batch_size \(12\) must be a multiple"):
+        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+                       R + f"workdir={tmp_path / 'w'}", R + "batch_size=12", *RM_FLAGS])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "q", "reference": "1", "completion": "c"}) + "\n")
     with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
-        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={bad}",
-                       f"--workdir={tmp_path / 'w'}"])
+        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
+                       R + f"workdir={tmp_path / 'w'}"])
     with pytest.raises(UsageError, match="already holds a checkpoints/ folder"):
-        train_rm.main(["coop-train-rm", "--mode=train", f"--triples={tmp / 'train.jsonl'}",
-                       f"--workdir={tmp / 'work'}", *RM_FLAGS])
-    with pytest.raises(ValueError, match="learning_rate must be > 0"):
-        train_rm.RMTrainOptions(learning_rate=0.0)
+        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+                       R + f"workdir={tmp / 'work'}", *RM_FLAGS])
+    with pytest.raises(UsageError, match="config.rm_train.learning_rate must be > 0"):
+        train_rm.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])

@@ -4,12 +4,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import models, parallel, rl
 from coop_jax.train_step import (StepConfig, bradley_terry_loss, init_state, jit_step,
                                  make_optimizer, place_state, rm_rewards, state_shardings)
 
-POLICY = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=1,
-                            num_heads=4, num_kv_heads=2, tie_embeddings=True, qkv_bias=True)
+POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
+                           qkv_bias=True)
 RM = POLICY.replace(num_labels=1, tie_embeddings=False)
 G, PROMPTS, P, N, L = 4, 4, 6, 5, 12
 LOSS = rl.LossConfig(kl_coef=0.01, clip_eps_high=0.28)

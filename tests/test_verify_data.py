@@ -25,8 +25,8 @@ def math500(shared_data):
     return _rows(shared_data / "math500" / "test.jsonl")
 
 
-def test_gsm8k_final_answer_verifies_against_full_solution(gsm8k):
-    assert len(gsm8k) == 1319
+def test_gsm8k_final_answer_verifies_against_full_solution(gsm8k, data_rows):
+    assert len(gsm8k) == data_rows["gsm8k/test"]
     misses = []
     for row in gsm8k:
         final = row["answer"].rsplit("####", 1)[1].strip()

@@ -172,3 +172,13 @@ def to_global_array(local: np.ndarray, mesh: Any, pspec: Any):
     from jax.sharding import NamedSharding
 
     return jax.make_array_from_process_local_data(NamedSharding(mesh, pspec), np.asarray(local))
+
+
+def fixed_batches(indices: Sequence[int] | np.ndarray, batch_size: int
+                  ) -> Iterator[tuple[np.ndarray, int]]:
+    """(index array of exactly `batch_size`, number of real rows) over `indices` in order: the
+    last batch is filled by repeating its first index, so every batch has one compiled shape."""
+    indices = np.asarray(indices)
+    for start in range(0, len(indices), batch_size):
+        idx = indices[start:start + batch_size]
+        yield np.concatenate([idx, np.full(batch_size - len(idx), idx[0])]), len(idx)

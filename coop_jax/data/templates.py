@@ -14,6 +14,9 @@ PROMPT_TEMPLATES: dict[str, str] = {
     "synthetic": "{question} = ",
     "raw": "{question}",
 }
+# The template each dataset's answers are written for (the CLIs' default).
+DEFAULT_TEMPLATES: dict[str, str] = {"synthetic": "synthetic", "gsm8k": "gsm8k",
+                                     "math500": "boxed", "math": "boxed"}
 
 
 def format_prompt(name: str, question: str, *, tokenizer: Any = None, chat: bool = False) -> str:

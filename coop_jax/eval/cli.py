@@ -22,9 +22,18 @@ from absl import flags
 from absl.app import UsageError
 from ml_collections import config_flags
 
+from coop_jax import hf
+from coop_jax.checkpoint import load_model
+from coop_jax.config import base_config
+from coop_jax.console import parse_flags, run_console
+from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
+                           load_split)
+from coop_jax.eval.evaluate import evaluate_policy, evaluate_reward_model
+from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
+from coop_jax.rm_input import read_triples
+from coop_jax.verify import RuleVerifier
+
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "default_config.py")
-DEFAULT_TEMPLATES = {"synthetic": "synthetic", "gsm8k": "gsm8k", "math500": "boxed",
-                     "math": "boxed"}
 # Spellings of "--nogreedy" that absl does not know.
 _ARG_ALIASES = {"--no-greedy": "--nogreedy", "--no_greedy": "--nogreedy"}
 
@@ -96,7 +105,6 @@ def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collecti
     if f["config"].present:
         return f.config, True
     if meta and isinstance(meta.get("config"), dict):
-        from coop_jax.config import base_config
         config = base_config()
         config.unlock()
         config.update(ml_collections.ConfigDict(meta["config"]))
@@ -111,8 +119,6 @@ log = logging.getLogger("coop_jax.eval")
 
 def _load_tokenizer(path: str):
     """AutoTokenizer from a folder ("" = the shipped character tokenizer), pad token ensured."""
-    from coop_jax.eval.evaluate import prepare_tokenizer
-    from coop_jax.models.tokenizer import load_tokenizer
 
     try:
         return prepare_tokenizer(load_tokenizer(path or None))
@@ -124,7 +130,6 @@ def _load_tokenizer(path: str):
 def _load_model(f: flags.FlagValues, which: str):
     """(ModelConfig, params, tokenizer, config, config_given, source description)."""
     if f.hf:
-        from coop_jax import hf
 
         try:  # a folder, a .gguf file (converted once, cached) or a Hub id
             folder = hf.local_folder(f.hf)
@@ -138,7 +143,6 @@ def _load_model(f: flags.FlagValues, which: str):
         tokenizer = _load_tokenizer(_pick(f.tokenizer, lm.source))
         config, given = _resolve_config(f, None)
         return lm.config, lm.params, tokenizer, config, given, {"hf": os.path.abspath(f.hf)}
-    from coop_jax.checkpoint import load_model
 
     if not os.path.isdir(f.checkpoint):
         raise UsageError(f"--checkpoint: no such folder {f.checkpoint!r}")
@@ -156,7 +160,6 @@ def _load_model(f: flags.FlagValues, which: str):
 
 
 def _read_triples(path: str) -> list[dict]:
-    from coop_jax.rm_input import read_triples
     try:
         return read_triples(path)
     except (OSError, ValueError) as e:
@@ -199,7 +202,6 @@ def summary_lines(report: dict) -> list[str]:
 
 
 def _evaluate_rm(f, t0: float) -> dict:
-    from coop_jax.eval.evaluate import evaluate_reward_model
 
     cfg, params, tokenizer, config, _, source = _load_model(f, "rm")
     if not cfg.is_reward_model:
@@ -219,9 +221,6 @@ def _evaluate_rm(f, t0: float) -> dict:
 
 
 def _evaluate_policy(f, t0: float) -> dict:
-    from coop_jax.data import DATASETS, PROMPT_TEMPLATES, SyntheticConfig, load_split
-    from coop_jax.eval.evaluate import evaluate_policy
-    from coop_jax.verify import RuleVerifier
 
     cfg, params, tokenizer, config, config_given, source = _load_model(f, "policy")
     if cfg.is_reward_model:
@@ -268,7 +267,6 @@ def _evaluate_policy(f, t0: float) -> dict:
 def main(argv: list[str]) -> dict[str, Any]:
     """Parse `argv` (argv[0] is the program name), evaluate, write OUT/, return the report."""
     argv = [_ARG_ALIASES.get(a, a) for a in argv]
-    from coop_jax.console import parse_flags
     fv = parse_flags(define_flags, argv)
     _validate(fv)
     t0 = time.time()
@@ -281,7 +279,6 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 def run() -> None:
     """Console-script entry point."""
-    from coop_jax.console import run_console
     run_console(main, "coop-eval")
 
 

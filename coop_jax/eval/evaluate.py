@@ -1,6 +1,6 @@
 """Policy and reward-model evaluation with bootstrap confidence intervals.
 
-Policy protocol (ALGORITHMS.md §1): greedy accuracy plus avg@k / pass@k from k samples at
+Policy protocol (docs/ALGORITHMS.md §1): greedy accuracy plus avg@k / pass@k from k samples at
 temperature 0.7, top-p 0.95. Every metric is first computed per problem, then averaged over
 problems, and its 95% interval is a bootstrap over problems.
 """
@@ -16,31 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from coop_jax import models, sampling
-from coop_jax.data import format_prompt, tokenize_prompts
+from coop_jax.data import fixed_batches, format_prompt, tokenize_prompts
 from coop_jax.eval.stats import bootstrap_ci, interval_to_json, pass_at_k, roc_auc
 from coop_jax.models.tokenizer import stop_token_ids
-from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+from coop_jax.rm_input import check_triples, format_rm_input, tokenize_rm_inputs
+from coop_jax.verify import verify_detailed
 
 logger = logging.getLogger(__name__)
 
 BOOTSTRAP = {"resamples": 1000, "seed": 0, "alpha": 0.05}
-
-
-def prepare_tokenizer(tokenizer):
-    """Give a tokenizer without a pad token (e.g. Llama's) its EOS as pad."""
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token is None:
-            raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad with")
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def _fixed_batches(n: int, batch_size: int):
-    """Index arrays of equal length: the last batch is filled by repeating its first index."""
-    for start in range(0, n, batch_size):
-        idx = np.arange(start, min(start + batch_size, n))
-        real = len(idx)
-        yield np.concatenate([idx, np.full(batch_size - real, idx[0])]), real
 
 
 def _generate(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,
@@ -66,7 +50,7 @@ def _generate(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequenc
     key = jax.random.key(seed)
     texts, lengths, truncated = [], [], []
     g = scfg.num_samples
-    for b, (idx, real) in enumerate(_fixed_batches(len(prompts), bs)):
+    for b, (idx, real) in enumerate(fixed_batches(np.arange(len(prompts)), bs)):
         out = fn(params, ids[idx], mask[idx], jax.random.fold_in(key, b))
         decoded = sampling.decode_texts(tokenizer, out)
         lens, trunc = np.asarray(out.lengths), np.asarray(out.truncated)
@@ -107,7 +91,6 @@ def verify_grouped(verifier, references: Sequence[str], completions: Sequence[Se
     flat_refs = [r for r, group in zip(references, completions) for _ in group]
     flat = [c for group in completions for c in group]
     if verifier is None:
-        from coop_jax.verify import verify_detailed
         results = [verify_detailed(r, c) for r, c in zip(flat_refs, flat)]
     else:
         results = verifier.verify_batch_detailed(flat_refs, flat)
@@ -236,31 +219,6 @@ def _jit_scores(cfg: models.ModelConfig):
     return jax.jit(lambda p, t, m: models.reward_scores(p, cfg, t, m))
 
 
-def _label(value, i: int) -> bool:
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer, float)) and value in (0, 1):
-        return bool(value)
-    raise ValueError(f"triples[{i}]['label'] must be a bool or 0/1, got {value!r}")
-
-
-def check_triples(triples: Sequence[dict]) -> list[bool]:
-    """Validate ``{question, reference, completion, label}`` dicts; returns the labels."""
-    if not triples:
-        raise ValueError("triples is empty")
-    labels = []
-    for i, t in enumerate(triples):
-        if not isinstance(t, dict):
-            raise ValueError(f"triples[{i}] must be a dict, got {type(t).__name__}")
-        for key in ("question", "reference", "completion"):
-            if not isinstance(t.get(key), str):
-                raise ValueError(f"triples[{i}]['{key}'] must be a string, got {t.get(key)!r}")
-        if "label" not in t:
-            raise ValueError(f"triples[{i}] has no 'label'")
-        labels.append(_label(t["label"], i))
-    return labels
-
-
 def score_triples(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequence[dict], *,
                   max_len: int, batch_size: int) -> np.ndarray:
     """Raw RM scores [n] (logits; sigmoid > 0.5 ⇔ score > 0), fixed batch shape."""
@@ -273,7 +231,7 @@ def score_triples(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequen
     fn = _jit_scores(rm_cfg)
     bs = min(batch_size, len(texts))
     scores = []
-    for idx, real in _fixed_batches(len(texts), bs):
+    for idx, real in fixed_batches(np.arange(len(texts)), bs):
         out = np.asarray(fn(params, jnp.asarray(ids[idx]), jnp.asarray(mask[idx])), np.float64)
         scores.append(out.reshape(len(idx), -1)[:real, 0])
     return np.concatenate(scores)

@@ -22,6 +22,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax.eval.stats import interval_to_json, mean_ci
+from coop_jax.jsonl import read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,6 @@ def load_run(run_dir: str) -> dict[str, Any]:
     metrics = []
     mpath = os.path.join(run_dir, "metrics.jsonl")
     if os.path.isfile(mpath):
-        from coop_jax.jsonl import read_jsonl
         metrics = read_jsonl(mpath)
         for row in metrics:
             if not isinstance(row.get("step"), (int, float)):

@@ -222,17 +222,17 @@ def policy_loss(
     pg_loss = agg(pg, w, max_len)
     loss = pg_loss
 
-    zero = jnp.zeros((), f32)
-    kl = zero
+    # "kl" and "entropy" are reported only where they were computed, so curves never show a
+    # flat zero for a term the run does not have.
+    optional = {}
     if ref_logp is not None:
         ref = jnp.where(valid, ref_logp.astype(f32), 0.0)
         kl_tok = kl_penalty(cfg.kl_estimator, jnp.where(valid, logp, 0.0), ref)
-        kl = agg(kl_tok, w, max_len)
+        optional["kl"] = kl = agg(kl_tok, w, max_len)
         if cfg.kl_coef > 0:
             loss = loss + cfg.kl_coef * kl
-    ent = zero
     if entropy is not None:
-        ent = agg(entropy.astype(f32), w, max_len)
+        optional["entropy"] = ent = agg(entropy.astype(f32), w, max_len)
         if cfg.entropy_coef != 0:
             loss = loss - cfg.entropy_coef * ent
 
@@ -241,8 +241,7 @@ def policy_loss(
     metrics = {
         "loss": loss,
         "pg_loss": pg_loss,
-        "kl": kl,
-        "entropy": ent,
+        **optional,
         "clip_frac": frac(clip_active),
         "clip_frac_high": frac(clip_active & (ratio > hi)),
         "clip_frac_low": frac(clip_active & (ratio < lo)),

@@ -1,0 +1,27 @@
+"""Models from a config's model sections (`model`, `reward_model`): shared by coop-train,
+coop-train-rm and the experiments."""
+from __future__ import annotations
+
+from coop_jax import config as config_lib
+from coop_jax import hf, parallel
+
+
+def load_model(section, tokenizer, mesh, rng, *, num_labels: int = 0, hf_path: str = "",
+               field: str = "model"):
+    """(ModelConfig, sharded params, HFModel or None) from `hf_path` or `section.hf_path` (HF
+    folder, .gguf or Hub id; with `num_labels=1` a causal LM gets a new scalar head, and
+    `section.keep_layers` keeps its first k layers) or, without a path, a random model of the
+    section's architecture. `field` names the section in errors."""
+    path = hf_path or section.hf_path
+    if path:
+        lm = hf.load(path, dtype=section.param_dtype, compute_dtype=section.dtype, mesh=mesh,
+                     num_labels=num_labels, keep_layers=section.get("keep_layers") or None)
+        if lm.config.num_labels != num_labels:
+            raise ValueError(f"{path} has num_labels={lm.config.num_labels}, expected "
+                             f"{num_labels}")
+        return lm.config, lm.params, lm
+    if len(tokenizer) > section.vocab_size:
+        raise ValueError(f"config.{field}.vocab_size ({section.vocab_size}) is smaller than the "
+                         f"tokenizer ({len(tokenizer)} tokens)")
+    cfg = config_lib.model_config(section, num_labels=num_labels)
+    return cfg, parallel.sharded_init(cfg, rng, mesh), None
