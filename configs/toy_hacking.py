@@ -20,15 +20,27 @@ def default_config():
 
 
 def get_config():
+    from coop_jax.hf.sources import smollm2_gguf
+
     c = default_config()
-    c.reward_model.update(c.model.to_dict())  # same tiny architecture, its own weights
-    c.cooper.update(negative="rollout", learning_rate=1e-4, warmup_ratio=0.0,
-                    max_len=128, heldout_every=10)
+    # The verifier RM: SmolLM2-135M-Instruct's first 4 decoder layers (42M parameters with the
+    # embeddings) and a new scalar head; the 0.6M character-level RM stays near chance on this
+    # task (docs/results/reward_hacking/). Inputs are ~55 BPE tokens.
+    c.reward_model.update(hf_path=smollm2_gguf(), keep_layers=4, tokenizer="",
+                          param_dtype="float32", dtype="float32")
+    c.rollout.update(group_size=8, prompts_per_step=8)
+    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
+                    heldout_every=20)
     c.train.update(steps=60, eval_every=10, checkpoint_every=30)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line
         methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,cooper_perturb",
         seeds="0,1,2",
-        rm_questions=1600, samples_per_question=4, heldout_fraction=0.15,
-        rm_epochs=4, rm_learning_rate=1e-3, rm_batch_size=32, rm_warmup_ratio=0.0))
+        # static RM data: samples of the SFT policy on the first rm_questions training questions;
+        # heldout_fraction of the questions form the fixed held-out set (+ consistent-wrong
+        # rewrites of their correct samples)
+        rm_questions=1600, samples_per_question=4, heldout_fraction=0.05))
+    # the static RM's training (the PyTorch calibration: lr 5e-5, batch 32, 300-500 steps)
+    c.rm_train.update(mode="train", epochs=2, learning_rate=5e-5, batch_size=32,
+                      weight_decay=0.01, warmup_ratio=0.0, heldout_every=50, seed=0)
     return c

@@ -128,3 +128,71 @@ def test_rm_learning_curve(tmp_path):
     assert [r["examples_seen"] for r in curve] == [0, 640]
     assert curve[-1]["heldout_accuracy"] == 0.95
     assert (tmp_path / "rm_learning_curve.png").stat().st_size > 0
+
+
+def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
+    """The static-RM stage on a tiny char RM: held-out accuracy / AUC / per-kind accuracy in
+    rm_summary.json, held-out rows every rm_train.heldout_every steps, the learning-curve files."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.py")
+    spec = importlib.util.spec_from_file_location("tiny_test_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = module.get_config()
+    config.rm_train.update(mode="train", epochs=2, learning_rate=1e-3, batch_size=8,
+                           heldout_every=2)
+    records = make_dataset(12, seed=0)
+    rows = [(r, r["solution"], True) for r in records] + [
+        (r, r["solution"] + "1", False) for r in records]
+    triples = [{"question": r["question"], "reference": r["reference"], "completion": c,
+                "label": y} for r, c, y in rows]
+    train_path, held_path = str(tmp_path / "train.jsonl"), str(tmp_path / "held.jsonl")
+    from coop_jax.rm_input import write_triples
+    write_triples(train_path, triples[::2])
+    write_triples(held_path, triples[1::2])
+    summary = reward_hacking.static_rm(config, train_path, held_path, str(tmp_path / "rm"))
+    assert 0 <= summary["heldout_accuracy"] <= 1 and 0 <= summary["heldout_auc"] <= 1
+    assert set(summary["heldout_by_kind"]) == {"correct", "final_mismatch"}
+    assert sum(v["n"] for v in summary["heldout_by_kind"].values()) == 12
+    curve = json.loads((tmp_path / "rm" / "rm_learning_curve.json").read_text())
+    assert [r["step"] for r in curve][:3] == [0, 2, 2] and curve[-1]["step"] == 4
+    assert curve[1]["examples_seen"] == 16
+    saved = json.loads((tmp_path / "rm" / "rm_summary.json").read_text())
+    assert saved["heldout_by_kind"] == summary["heldout_by_kind"]
+
+
+def _tiny_config():
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.py")
+    spec = importlib.util.spec_from_file_location("tiny_test_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
+
+
+def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
+    """SFT -> initial-policy triples -> static RM -> a Cooper (consistent_wrong) run -> the
+    report, all through `main`."""
+    import ml_collections
+
+    config = _tiny_config()
+    config.sft.update(steps=2, batch_size=4, max_len=40)
+    config.experiment = ml_collections.ConfigDict(dict(
+        methods="cooper_consistent_wrong", seeds="0", rm_questions=8, samples_per_question=2,
+        heldout_fraction=0.25))
+    config.rm_train.update(mode="train", epochs=1, learning_rate=1e-3, batch_size=8)
+    config.cooper.update(heldout_every=1)
+    config.data.num_eval = 2
+    config.train.update(steps=1, eval_every=1, checkpoint_every=1)
+    out = reward_hacking.main(config, str(tmp_path))
+    assert not out["partial"] and set(out["groups"]) == {"cooper_consistent_wrong"}
+    rm = json.loads((tmp_path / "static_rm" / "rm_summary.json").read_text())
+    assert {"heldout_accuracy", "heldout_auc", "heldout_by_kind", "cpu_seconds"} <= set(rm)
+    run = tmp_path / "runs" / "cooper_consistent_wrong_s0"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["arm"] == "cooper_consistent_wrong" and summary["method"] == "cooper"
+    assert summary["negative"] == "consistent_wrong" and summary["cpu_seconds"] > 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert "rm_heldout_accuracy" in rows[0] and "pairs/valid" in rows[-1]
+    assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()

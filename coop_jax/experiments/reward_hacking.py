@@ -10,8 +10,9 @@ one SFT policy and one static RM, several seeds.
    rewrite of a correct sample per question, so it holds consistent-but-wrong solutions next to
    the policy's own (mostly off-by-one) errors. It is the fixed set every run scores its RM on
    -> DIR/static_rm/{train,heldout}_triples.jsonl, triples_stats.json.
-3. The static RM, trained on the training triples only (initial-policy samples) -> DIR/static_rm
-   (rm_summary.json with heldout_accuracy, heldout_auc and per-kind accuracy; the learning curve).
+3. The static RM (`reward_model` section, `rm_train` settings), trained on the training triples
+   only (initial-policy samples) -> DIR/static_rm (rm_summary.json with heldout_accuracy,
+   heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}).
 4. Every arm x seed: `coop-train` from the SFT policy; RM arms start from the static RM ->
    DIR/runs/<arm>_s<seed>. Arms differ only in reward source and Cooper's negative strategy.
 5. DIR/report.md, report.json, curves.png (hacking_report.py).
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 
 import jax
 import numpy as np
@@ -113,14 +115,6 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     return paths
 
 
-def rm_options(config) -> train_rm.RMTrainOptions:
-    e = config.experiment
-    return train_rm.RMTrainOptions(
-        epochs=e.rm_epochs, learning_rate=e.rm_learning_rate, batch_size=e.rm_batch_size,
-        max_len=config.cooper.max_len, weight_decay=0.01, warmup_ratio=e.rm_warmup_ratio,
-        log_every=10, seed=config.seed)
-
-
 def heldout_by_kind(rm_dir: str, heldout: list[dict], max_len: int) -> dict:
     """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...)."""
     from coop_jax import checkpoint
@@ -143,13 +137,15 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
         with open(summary_path) as fh:
             return json.load(fh)
     heldout = train_rm.read_triples(heldout_path)
+    cpu = time.process_time()
     summary = train_rm.train_reward_model(config, train_rm.read_triples(train_path), out_dir,
-                                          heldout_triples=heldout, options=rm_options(config))
-    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, config.cooper.max_len)
+                                          heldout_triples=heldout)
+    summary["cpu_seconds"] = time.process_time() - cpu
+    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, train_rm.rm_max_len(config))
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import plot_rm_learning_curve
-    plot_rm_learning_curve(out_dir, config.experiment.rm_batch_size)
+    plot_rm_learning_curve(out_dir, config.rm_train.batch_size)
     log.info("static RM: %s", json.dumps(summary))
     return summary
 
@@ -205,10 +201,15 @@ def main(config, workdir: str, command: str | None = None) -> dict:
             if os.path.exists(os.path.join(run_dir, "summary.json")):
                 continue
             log.info("run %s seed %d", arm, seed)
+            cpu = time.process_time()
             summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout_path),
                                   run_dir)
+            # CPU seconds of this process (all its threads): wall time on a shared machine says
+            # little about the cost on dedicated cores
+            summary |= {"arm": arm, "negative": ARMS[arm][1],
+                        "cpu_seconds": time.process_time() - cpu}
             with open(os.path.join(run_dir, "summary.json"), "w") as fh:
-                json.dump(summary | {"arm": arm, "negative": ARMS[arm][1]}, fh, indent=2)
+                json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import write_hacking_report
     return write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
                                 expected={arm: seeds for arm in methods}, command=command)
