@@ -23,8 +23,11 @@ OUTSIDE_BOX = [
     ("12", "Answer: $ 12 $", True), ("12", "So the answer is \\( 12 \\).", True),
     ("12", "Work.\nAnswer:\n\\[\n12\n\\]", True), ("12", "Work.\n**Answer**\n\n$$ 12 $$", True),
     ("\\frac{1}{2}", "Work.\n### Final Answer\n\\[\n\\frac{1}{2}\n\\]\n", True),
+    ("9", "Answer \\[ 9 \\]", True), ("9", "Answer \\( 9 \\)", True), ("9", "Answer $$ \n 9 \n $$", True),
+    ("12", "### Answer\n\n12", True),
     ("12", "Work.\nAnswer:\n\\[\n13\n\\]", False), ("12", "Answer:\n\\[\n12 + 1\n\\]", False),
     ("12", "Answer:\n\\[\n12", False),
+    ("9", "Answer $ \n 9 \n $", False), ("9", "Answer \\( \n 9 \n \\)", False),  # inline math is one line
     ("12", "The answer is \\(12\\)... no wait, the answer is \\(13\\).", False),
     ("12", "**Answer**\nWe first compute 12 apples and then many more steps follow", False),
 ]

@@ -35,10 +35,13 @@ _PHRASE_RE = re.compile(
     r"(?:final\s+answer|the\s+answer|answer)[*\s]*(?:is|are|:|=|\bwould be\b|\bwill be\b)[*\s]*"
     r"(?:[:=][*\s]*)?",
     re.IGNORECASE)
-_ANSWER_HEAD_RE = re.compile(r"(?im)^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_:.]*$")
+# "Answer" alone on its line (a heading), or followed on its line by math: "Answer \\[ 9 \\]".
+_ANSWER_HEAD_RE = re.compile(
+    r"(?im)^[ \t#*_]*(?:final[ \t]+)?answer[ \t*_:.]*(?:$|(?=\$|\\\[|\\\())")
 _DISPLAY_OPEN_RE = re.compile(r"^(?:\$\$|\\\[|\\\()\s*$")
+# A math block at the start of a string: display math may span lines, inline math may not.
 _DISPLAY_BLOCK_RE = re.compile(
-    r"^(?:\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\((.+?)\\\)|\$(?!\$)([^$]+?)\$)", re.S)
+    r"^(?:\$\$(.+?)\$\$|\\\[(.+?)\\\]|\\\(([^\n]+?)\\\)|\$(?!\$)([^$\n]+?)\$)", re.S)
 _DANGLING_RE = re.compile(
     r"(?:[-+*/^_=<>{]|\\(?:pm|mp|leq?|geq?|neq?|lt|gt|cdot|times|div|[dt]?frac|sqrt|left|right|in"
     r"|cup|cap|to|approx|sum|int|prod|binom))\s*$")
@@ -220,9 +223,13 @@ def _extract_marked(text: str) -> str | None:
     for head in _ANSWER_HEAD_RE.finditer(text):
         pass
     if head is not None and (last is None or head.start() > last.start()):
-        after = _after_marker(text[head.end():])
-        if _DISPLAY_BLOCK_RE.match(text[head.end():].strip()[:2000]) or _looks_bare(after.strip()):
-            return after  # "**Answer**\n$$ 12 $$": a heading line, then the answer alone
+        rest = text[head.end():].strip()[:2000]
+        block = _DISPLAY_BLOCK_RE.match(rest)
+        if block:  # "**Answer**\n$$ 12 $$", "Answer \\( 9 \\)"
+            return next(g for g in block.groups() if g is not None)
+        line = rest.split("\n", 1)[0].strip()
+        if line and line[0] not in "$\\" and _looks_bare(line):
+            return line  # "### Answer\n\n12"
     if last is not None:
         clipped = _clip_phrase(_after_marker(text[last.end():]))
         if clipped:
