@@ -199,6 +199,11 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if source.num_views > 1 and c.rl.num_minibatches != 1:
         raise ValueError(f"config.rl.num_minibatches must be 1 for reward.type={c.reward.type!r} "
                          "(the views' losses are summed over the whole batch)")
+    if c.rl.dynamic_sampling and source.num_views > 1:
+        raise ValueError(f"config.rl.dynamic_sampling is not supported with reward.type="
+                         f"{c.reward.type!r}: its {source.num_views} views of each prompt are "
+                         "trained together, so groups cannot be dropped one view at a time; set "
+                         "rl.dynamic_sampling=False")
     if c.rl.dynamic_sampling and source.device != "batch":
         raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
                          f"{c.reward.type!r} computes them on device")

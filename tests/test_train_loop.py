@@ -141,3 +141,27 @@ def _check_export(workdir):
         else:
             np.testing.assert_allclose(lm.logits(tokens), models.lm_logits(params, cfg, tokens),
                                        atol=1e-5)
+
+
+def test_corewarding_2_dynamic_sampling_applies_the_ema_once_per_step(tmp_path):
+    import dataclasses
+
+    from coop_jax import rewards
+    c = tiny_config()
+    c.reward.type = "corewarding_2"
+    c.rl.update(dynamic_sampling=True, dynamic_max_draws=3)
+    trainer = train.Trainer(c, str(tmp_path))
+    calls, draws = [], []
+
+    def hook(state, step, config):
+        calls.append(step)
+        return rewards.ema_teacher_update(state, step, config)
+
+    def host(x):  # equal rewards in every group: nothing is informative, every draw is taken
+        draws.append(1)
+        return [np.zeros(len(x.views[0]), np.float32)], {}
+
+    trainer.source = dataclasses.replace(trainer.source, before_step=hook, host=host)
+    trainer.run()
+    assert calls == [0, 1] and len(draws) == 6
+    assert [r["dynamic/draws"] for r in _rows(tmp_path)[1:]] == [3, 3]
