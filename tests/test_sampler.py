@@ -215,6 +215,20 @@ def test_same_key_same_samples_other_key_differs(sampled, params, prompts):
     assert (other.tokens != sampled[1.0].tokens).any(axis=1).sum() >= B * G // 2
 
 
+def test_vocab_tile_does_not_change_samples(sampled, params, prompts, monkeypatch):
+    """Decode on the XLA path uses one whole-vocabulary tile; a scan over 16-column tiles
+    draws the same tokens with the same log-probs (the noise is per (row, column))."""
+    from coop_jax.sampling import sampler
+    assert sampler.decode_vocab_tile("xla", B * G, CFG.vocab_size) == CFG.vocab_size
+    assert sampler.decode_vocab_tile("pallas_tpu", B * G, CFG.vocab_size) is None
+    assert sampler.decode_vocab_tile("xla", 4096, 151_936) is None  # too big a logits block
+    monkeypatch.setattr(sampler, "decode_vocab_tile", lambda impl, rows, vocab: 16)
+    tiled = jax.jit(lambda prm, t, m, k: sampler.generate(prm, CFG, _sampled_cfg(1.0), t, m, k))(
+        params, *(jnp.asarray(x) for x in prompts), jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(tiled.tokens), sampled[1.0].tokens)
+    np.testing.assert_allclose(np.asarray(tiled.logprobs), sampled[1.0].logprobs, atol=1e-5)
+
+
 def test_valid_vocab_is_never_sampled(params, prompts):
     boosted = jax.tree_util.tree_map(lambda x: x, params)
     # a large constant residual component (embedding dim 0) read by the unembedding of the ids
