@@ -11,7 +11,8 @@ is rewritten after each section, so even a killed run leaves its results.
            Qwen2.5-1.5B-shaped weights, bf16, batch 64, 512 new tokens; ratio to the HBM bound
            (weights + KV bytes read per decode step / 4.8 TB/s).
   cooper   the Cooper train step (policy + reference + RM, 1.5B-shaped, random weights), 4 prompts
-           x 16 rollouts, 512 + 512 tokens: compile time, step time, peak memory, MFU vs 989 TFLOP/s.
+           x 16 rollouts, 512 + 512 tokens: compile time, step time, peak memory, MFU vs
+           989 TFLOP/s.
 
 Run (from the repository root; the wheels are built here by benchmarks/gpu_wheels.sh into
 build/gpu_wheels, which the device tool carries because `build/` is git-ignored):
@@ -82,7 +83,8 @@ def memory_of(compiled) -> dict:
     m = compiled.memory_analysis()
     if m is None:
         return {}
-    return {"argument_bytes": int(m.argument_size_in_bytes), "temp_bytes": int(m.temp_size_in_bytes),
+    return {"argument_bytes": int(m.argument_size_in_bytes),
+            "temp_bytes": int(m.temp_size_in_bytes),
             "output_bytes": int(m.output_size_in_bytes)}
 
 
