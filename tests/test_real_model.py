@@ -51,7 +51,7 @@ def _subprocess_env(smol) -> dict:
     return env
 
 
-def _run(args, smol, timeout=1500):
+def _run(args, smol, timeout=3600):
     out = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
                          env=_subprocess_env(smol), cwd=ROOT, timeout=timeout)
     assert out.returncode == 0, out.stderr[-4000:]
