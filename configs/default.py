@@ -24,5 +24,6 @@ def get_config():
     c.reward.type = "rule"
     c.verifier.update(num_workers=2, timeout_s=5.0)
     c.train.update(steps=80, eval_every=20, checkpoint_every=20)
-    c.eval.update(temperature=1.0, batch_size=128)
+    # a cheap eval for the demo (and the reward-hacking runs built on it): avg@1 at T=1.0
+    c.eval.update(headline="avg_at_k", k=1, temperature=1.0, top_p=1.0, batch_size=128)
     return c

@@ -18,7 +18,7 @@ def get_config():
     c.rl.kl_coef = 0.01
     c.cooper.update(negative="perturb", max_len=48, heldout_every=0)
     c.train.update(steps=2, eval_every=0, checkpoint_every=1)
-    c.eval.update(batch_size=4)
+    c.eval.update(batch_size=4, k=2)
     c.verifier.update(num_workers=1)
     c.mesh.shape = (2, 1, 4)
     return c

@@ -15,13 +15,23 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
 
 from coop_jax.rl._registry import lookup
-from coop_jax.verify import answers_equivalent
+from coop_jax.verify import EXTRACTION_MODES, answers_equivalent
+
+# `verifier.extraction` = AUTO: the reward source's own default for the dataset (below).
+AUTO_EXTRACTION = "auto"
+EXTRACTION_CHOICES = (AUTO_EXTRACTION,) + tuple(EXTRACTION_MODES)
+# The references' answer matching: Cooper's GSM8K rule reward is a strict `#### <number>` match
+# (verl's gsm8k scorer, method="strict"); Co-rewarding votes on the last \boxed{} content only, a
+# rollout without one gets 0. The synthetic task answers with "####" and keeps the lenient rules,
+# as does MATH under Cooper (math-verify-style equivalence).
+RULE_EXTRACTION = {"gsm8k": "strict_hash", "*": "lenient"}
+VOTE_EXTRACTION = {"synthetic": "lenient", "*": "strict_boxed"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +62,12 @@ class RewardSource:
     num_views: int = 1              # views of each prompt trained on (Co-rewarding-I: 2)
     uses_rule_labels: bool = True   # False: rule labels only feed diagnostics (verified async)
     before_step: StepHook | None = None
+    # default answer extraction per dataset ("*": any other), used when verifier.extraction=auto
+    extraction: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: dict(RULE_EXTRACTION))
+
+    def extraction_for(self, dataset: str) -> str:
+        return self.extraction.get(dataset, self.extraction["*"])
 
     @property
     def needs_rm(self) -> bool:
@@ -73,6 +89,15 @@ def register_reward(name: str, **spec) -> Callable[[HostFn], HostFn]:
 
 def reward_source(name: str) -> RewardSource:
     return lookup(REWARD_SOURCES, name, "reward.type")
+
+
+def extraction_mode(config) -> str:
+    """The rule verifier's extraction mode of a run: `verifier.extraction`, or with "auto" the
+    reward source's default for `data.dataset`."""
+    mode = config.verifier.extraction
+    if mode == AUTO_EXTRACTION:
+        return reward_source(config.reward.type).extraction_for(config.data.dataset)
+    return mode
 
 
 def normalize_answer(answer: str | None) -> str | None:
@@ -142,14 +167,14 @@ def _cooper(x: RewardInputs):
     return [x.labels], {}
 
 
-@register_reward("majority_vote")
+@register_reward("majority_vote", extraction=VOTE_EXTRACTION)
 def _majority_vote(x: RewardInputs):
     """TTRL: the majority answer of the group is every rollout's label."""
     rewards, pseudo = _vote(x.extracted, x.extracted, x.group_size)
     return [rewards], {"pseudo_label_accuracy": pseudo_label_accuracy(x.records, pseudo)}
 
 
-@register_reward("corewarding_1", num_views=2)
+@register_reward("corewarding_1", num_views=2, extraction=VOTE_EXTRACTION)
 def _corewarding_1(x: RewardInputs):
     """Co-rewarding-I: each view is labelled by the other view's majority answer."""
     extracted2 = x.verifier.extract_batch(x.views[1])
@@ -178,7 +203,8 @@ def ema_teacher_update(state, step: int, config) -> tuple[Any, dict]:
     return state.replace(ref_params=teacher), {"teacher_decay": a}
 
 
-@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update)
+@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update,
+                 extraction=VOTE_EXTRACTION)
 def _corewarding_2(x: RewardInputs):
     """Co-rewarding-II: labels are the majority answers of the EMA teacher's rollouts."""
     rewards, pseudo = _vote(x.extracted, x.verifier.extract_batch(x.teacher), x.group_size)

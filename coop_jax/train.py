@@ -14,6 +14,7 @@ Resumes from the newest checkpoint in DIR; SIGTERM saves and exits.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import logging
@@ -366,19 +367,31 @@ def finish_rule_labels(pending, step_metrics: dict) -> dict:
             "rm_rule_agreement": float(np.mean((scores > 0) == (labels > 0.5)))}
 
 
+def headline_name(config) -> str:
+    """The headline metric in words, e.g. "avg@8 (T=0.7, top-p 0.95)" or "greedy"."""
+    e = config.eval
+    if e.headline == "greedy":
+        return "greedy"
+    return f"avg@{e.k} (T={e.temperature:g}, top-p {e.top_p:g})"
+
+
 def evaluate(run: Trainer, verifier) -> dict:
-    """Greedy and sampled accuracy of the current policy on the held-out records."""
+    """Greedy accuracy, avg@k (eval.k samples per problem) and the headline one of the two, of
+    the current policy on the held-out records."""
     c = run.config
     if not run.eval_records:
         return {}
     report, _ = evaluate_policy(
         run.state.policy.params, run.policy_cfg, run.tokenizer, run.eval_records,
-        template=c.data.prompt_template, chat=c.data.chat_template, verifier=verifier, k=1,
-        temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
+        template=c.data.prompt_template, chat=c.data.chat_template, verifier=verifier,
+        k=c.eval.k, temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
         max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
         batch_size=c.eval.batch_size, seed=c.seed, kernel_impl=c.kernels.impl)
-    return {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
-            "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
+    metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
+               "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
+    metrics["eval/headline_accuracy"] = metrics[
+        "eval/greedy_accuracy" if c.eval.headline == "greedy" else "eval/sampled_accuracy"]
+    return metrics
 
 
 def rm_heldout(run: Trainer) -> dict:
@@ -397,27 +410,43 @@ def _due(done: int, every: int, last: bool) -> bool:
 
 
 # ---------------------------------------------------------------------- the loop
+def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVerifier]:
+    """(the rewards' verifier, the evaluation's). Rewards match answers as
+    `rewards.extraction_mode` says (the reference's mode for the reward type by default); held-out
+    accuracy stays lenient so that runs of different reward types compare."""
+    mode = rewards.extraction_mode(c)
+    verifier = stack.enter_context(RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s,
+                                                extraction=mode))
+    if mode == "lenient":
+        return verifier, verifier
+    return verifier, stack.enter_context(RuleVerifier(c.verifier.num_workers,
+                                                      c.verifier.timeout_s))
+
+
 def run_loop(run: Trainer) -> dict:
     c = run.config
     pipeline = data.PromptPipeline(run.train_records, batch_size=run.B, seed=c.seed)
     stop = {"flag": False}
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(flag=True))
     start_time = time.time()
-    with RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s) as verifier, \
-            concurrent.futures.ThreadPoolExecutor(max_workers=1) as background:
+    with contextlib.ExitStack() as stack:
+        verifier, eval_verifier = make_verifiers(c, stack)
+        background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
         tools = HostTools(verifier, background)
         if run.source.trains_rm and cooper.negative_strategy(c.cooper.negative).needs_assistant:
             tools.rewriter = cooper.make_rewriter(c, run.mesh)
         if run.resuming:
             run.state, meta = run.ckpt.restore(run.state)
             pipeline.restore(meta["data"])
-            extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy")}
+            extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy",
+                                              "initial_headline_accuracy")}
             extra["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
             log.info("resumed from step %d", int(run.state.step))
         else:
-            initial = evaluate(run, verifier)
+            initial = evaluate(run, eval_verifier)
             extra = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
                      "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
+                     "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
                      "wall_seconds_before": 0.0}
             run.ckpt.save(0, run.state, run.meta(0, pipeline, extra))
         start = int(run.state.step)
@@ -461,7 +490,7 @@ def run_loop(run: Trainer) -> dict:
             done = step + 1
             last = done == c.train.steps
             if _due(done, c.train.eval_every, last):
-                metrics.update(evaluate(run, verifier))
+                metrics.update(evaluate(run, eval_verifier))
             if _due(done, c.cooper.heldout_every, last):
                 metrics.update(rm_heldout(run))
             if last:
@@ -480,7 +509,7 @@ def run_loop(run: Trainer) -> dict:
                 return {"stopped_at": done}
         writer.close()
         if final is None:  # resumed a run that had already finished its steps
-            final = evaluate(run, verifier) | rm_heldout(run)
+            final = evaluate(run, eval_verifier) | rm_heldout(run)
         stats = verifier.stats.as_dict()
     signal.signal(signal.SIGTERM, previous)
     summary = {
@@ -490,6 +519,10 @@ def run_loop(run: Trainer) -> dict:
         "initial_sampled_accuracy": extra.get("initial_sampled_accuracy"),
         "final_accuracy": final.get("eval/greedy_accuracy"),
         "final_sampled_accuracy": final.get("eval/sampled_accuracy"),
+        # the headline metric (eval.headline) and its values; the two above are greedy / avg@k
+        "headline": headline_name(c),
+        "initial_headline_accuracy": extra.get("initial_headline_accuracy"),
+        "final_headline_accuracy": final.get("eval/headline_accuracy"),
         "wall_seconds": extra["wall_seconds_before"] + time.time() - start_time,
         "skipped_rows": run.skipped_rows, "verifier": stats,
     }

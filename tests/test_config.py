@@ -15,3 +15,17 @@ def test_corewarding_1_with_dynamic_sampling_is_rejected():
     c.reward.type = "corewarding_2"
     c.rl.dynamic_sampling = True
     config_lib.validate(c)
+
+
+def test_eval_headline_defaults_to_the_papers_avg_at_8_and_is_validated():
+    c = config_lib.base_config()
+    assert (c.eval.headline, c.eval.k, c.eval.temperature, c.eval.top_p) == (
+        "avg_at_k", 8, 0.7, 0.95)
+    c.eval.headline = "greedy"
+    config_lib.validate(c)
+    c.eval.headline = "pass_at_k"
+    with pytest.raises(ValueError, match="eval.headline must be one of"):
+        config_lib.validate(c)
+    c.eval.headline, c.eval.k = "avg_at_k", 0
+    with pytest.raises(ValueError, match="eval.k must be > 0"):
+        config_lib.validate(c)

@@ -121,3 +121,35 @@ def test_ema_teacher_update_hook():
     assert metrics == {"teacher_decay": 0.5}
     np.testing.assert_allclose(new.ref_params["w"], 0.5)
     np.testing.assert_allclose(new.policy.params["w"], 1.0)
+
+
+def test_extraction_defaults_follow_the_references():
+    c = config.base_config()
+    assert c.verifier.extraction == "auto"
+    expected = {("corewarding_1", "gsm8k"): "strict_boxed", ("corewarding_2", "math"): "strict_boxed",
+                ("majority_vote", "gsm8k"): "strict_boxed", ("rule", "gsm8k"): "strict_hash",
+                ("cooper", "gsm8k"): "strict_hash", ("cooper", "math"): "lenient",
+                ("corewarding_1", "synthetic"): "lenient", ("rule", "synthetic"): "lenient"}
+    for (reward_type, dataset), mode in expected.items():
+        c.reward.type, c.data.dataset = reward_type, dataset
+        assert rewards.extraction_mode(c) == mode, (reward_type, dataset)
+    c.verifier.extraction = "lenient"   # an explicit mode wins
+    assert rewards.extraction_mode(c) == "lenient"
+    for mode in rewards.EXTRACTION_CHOICES[1:]:
+        c.verifier.extraction = mode
+        config.validate(c)
+    c.verifier.extraction = "boxed"
+    with pytest.raises(ValueError, match="verifier.extraction must be one of"):
+        config.validate(c)
+
+
+def test_strict_boxed_votes_give_unboxed_rollouts_zero():
+    from coop_jax.verify import RuleVerifier
+    views = [["\\boxed{7}", "#### 7", "the answer is 3", "\\boxed{3}"]]
+    with RuleVerifier(num_workers=1, timeout_s=5.0, extraction="strict_boxed") as verifier:
+        extracted = verifier.extract_batch(views[0])
+        x = rewards.RewardInputs([{"question": "q", "reference": "7"}] * 2, views, None,
+                                 extracted, None, 2, verifier)
+        [r], _ = rewards.REWARD_SOURCES["majority_vote"].host(x)
+    assert extracted == ["7", None, None, "3"]
+    np.testing.assert_array_equal(r, [1, 0, 0, 1])

@@ -42,6 +42,13 @@ def test_every_reward_type_trains(reward_type, tmp_path):
     assert rows[0]["eval/greedy_accuracy"] == summary["initial_accuracy"]
     assert rows[-1]["eval/greedy_accuracy"] == summary["final_accuracy"]
     assert summary["steps"] == 2 and summary["reward_type"] == reward_type
+    # every evaluation logs greedy and avg@k; the summary names the headline (avg@k by default)
+    for r in (rows[0], rows[-1]):
+        assert r["eval/headline_accuracy"] == r["eval/sampled_accuracy"]
+        assert 0.0 <= r["eval/greedy_accuracy"] <= 1.0
+    assert summary["headline"] == "avg@2 (T=0.7, top-p 0.95)"
+    assert summary["final_headline_accuracy"] == rows[-1]["eval/sampled_accuracy"]
+    assert summary["initial_headline_accuracy"] == summary["initial_sampled_accuracy"]
     rows = rows[1:]
     for r in rows:
         assert np.isfinite(r["loss"]) and 0.0 <= r["rule_accuracy"] <= 1.0
