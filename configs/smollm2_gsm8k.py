@@ -28,6 +28,6 @@ def get_config():
     c.cooper.update(negative="rollout", learning_rate=1e-5, max_len=384, heldout_every=0)
     c.verifier.update(num_workers=2)
     c.train.update(steps=10, eval_every=0, checkpoint_every=10)
-    c.eval.update(temperature=1.0, batch_size=32)
+    c.eval.update(temperature=1.0, top_p=1.0, k=1, batch_size=32)
     c.mesh.shape = (-1, 1, 1)
     return c
