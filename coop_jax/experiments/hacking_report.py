@@ -103,8 +103,9 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     if rm_dir and os.path.exists(os.path.join(rm_dir, "rm_summary.json")):
         with open(os.path.join(rm_dir, "rm_summary.json")) as fh:
             rm = json.load(fh)
-        md += [f"Static RM before RL: held-out accuracy {rm['heldout_accuracy']:.3f}, ROC AUC "
-               f"{rm['heldout_auc']:.3f} on {rm['num_heldout']} fixed held-out triples "
+        num = lambda x: "n/a" if x is None else f"{x:.3f}"  # AUC: None with a single class
+        md += [f"Static RM before RL: held-out accuracy {num(rm['heldout_accuracy'])}, ROC AUC "
+               f"{num(rm['heldout_auc'])} on {rm['num_heldout']} fixed held-out triples "
                f"({rm['num_train']} training triples, {rm['steps']} steps).", ""]
         if rm.get("heldout_by_kind"):
             md += ["| held-out kind | n | RM accuracy |", "|---|---|---|"]
