@@ -19,7 +19,7 @@ table; exits 1 if anything failed. Needs jax[tpu] (libtpu) at the project's jax 
 
     python -m venv --system-site-packages /tmp/tpuvenv
     /tmp/tpuvenv/bin/pip install "jax[tpu]==$(python -c 'import jax; print(jax.__version__)')"
-    /tmp/tpuvenv/bin/python benchmarks/tpu_compile.py [--only kernels|mesh] [--json out.json]
+    /tmp/tpuvenv/bin/python benchmarks/tpu_compile.py [--only kernels|mesh|step] [--json out.json]
 """
 from __future__ import annotations
 
@@ -169,7 +169,9 @@ def train_step_program(mesh):
     return step, (state, batch)
 
 
-def mesh_part() -> list[dict]:
+def mesh_part(kernels: bool = True) -> list[dict]:
+    """Rows for every mesh of MESHES: the kernels alone (unless ``kernels`` is False) and the
+    train step."""
     from jax.experimental import topologies
     rows = []
     for topo, shapes in MESHES.items():
@@ -177,8 +179,8 @@ def mesh_part() -> list[dict]:
         for shape in shapes:
             mesh = parallel.make_mesh(shape, devices)
             base = dict(part="mesh", chip=topo, mesh=str(shape), dtype="bf16")
-            for name, (fn, args) in kernel_programs(mesh, jnp.bfloat16, ("data", "fsdp"),
-                                                    "tensor").items():
+            programs = kernel_programs(mesh, jnp.bfloat16, ("data", "fsdp"), "tensor")
+            for name, (fn, args) in (programs.items() if kernels else ()):
                 if name == "forward":
                     continue  # covered by forward+grad
                 rows.append(_row(dict(base, program=name, note="hidden rows over (data, fsdp), "
@@ -200,7 +202,8 @@ def _fmt(row: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("kernels", "mesh"))
+    parser.add_argument("--only", choices=("kernels", "mesh", "step"),
+                        help="step: only the train step on every mesh (what .ci/run compiles)")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     a = parser.parse_args(argv)
     print(f"jax {jax.__version__}; N={N} D={D} V={V}")
@@ -209,8 +212,8 @@ def main(argv=None) -> int:
     rows = []
     if a.only in (None, "kernels"):
         rows += kernels_part()
-    if a.only in (None, "mesh"):
-        rows += mesh_part()
+    if a.only in (None, "mesh", "step"):
+        rows += mesh_part(kernels=a.only != "step")
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)}/{len(rows)} compiled in {time.perf_counter() - start:.0f} s")
     for r in failed:
