@@ -167,6 +167,21 @@ def full_state_bytes(config, mesh_shape, devices) -> tuple[int, int]:
             per_device_bytes(abstract_batch(config, mesh)))
 
 
+def state_table(config) -> str:
+    """Exact per-device bytes of the whole TrainState and the batch at the config's depth, for
+    every slice under pure FSDP: the floor that temporaries come on top of (no compile)."""
+    from jax.experimental import topologies
+    lines = ["| slice | devices | mesh | params+optimizer+ref+RM GiB/dev | batch MiB/dev | HBM |",
+             "|---|---|---|---|---|---|"]
+    for name, (topo, kw, hbm) in SLICES.items():
+        devices = topologies.get_topology_desc(topo, "tpu", **kw).devices
+        shape = mesh_choices(len(devices))[0]
+        state, batch = full_state_bytes(config, shape, devices)
+        lines.append(f"| {name} | {len(devices)} | {shape} | {state / GIB:.2f} | "
+                     f"{batch / 2 ** 20:.2f} | {hbm} |")
+    return "\n".join(lines)
+
+
 def mesh_choices(n: int) -> list[tuple[int, int, int]]:
     """Pure FSDP over every device, and data=2 x FSDP (the config's (2, 4, 1) on 8 devices)."""
     return [(1, n, 1), (2, n // 2, 1)]
@@ -313,6 +328,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.report:
         print(report(a.report))
+        print("\nExact state per device at 28 layers (no compile):")
+        print(state_table(load_config(a.config)))
         return
     sweep(a)
     print(report(a.out))
