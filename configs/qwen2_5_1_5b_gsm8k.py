@@ -29,7 +29,7 @@ def get_config():
     c.optim.update(learning_rate=1e-6, warmup_steps=20, schedule="constant", weight_decay=0.01,
                    grad_clip=1.0)
     c.reward.type = "cooper"
-    c.cooper.update(negative="rewrite", learning_rate=1e-5, warmup_ratio=0.01, weight_decay=0.01,
+    c.cooper.update(negative="rewrite", learning_rate=1e-5, warmup_ratio=0.0, weight_decay=0.01,
                     grad_clip=1.0, max_len=1024, assistant_hf_path="/models/Qwen2.5-7B-Instruct",
                     rewrite_temperature=0.7, rewrite_tries=3)
     c.verifier.update(num_workers=8, timeout_s=5.0)

@@ -30,7 +30,7 @@ def get_config():
                           param_dtype="float32", dtype="float32")
     c.rollout.update(group_size=8, prompts_per_step=8)
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
-                    heldout_every=20)
+                    heldout_every=20, no_pair_step="skip")  # as run before issue 13
     c.train.update(steps=60, eval_every=10, checkpoint_every=30)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line
@@ -42,5 +42,6 @@ def get_config():
         rm_questions=1600, samples_per_question=4, heldout_fraction=0.05))
     # the static RM's training (the issue's PyTorch calibration: lr 5e-5, batch 32, 300-500 steps)
     c.rm_train.update(mode="train", epochs=2, learning_rate=5e-5, batch_size=32,
-                      weight_decay=0.01, warmup_ratio=0.0, heldout_every=50, seed=0)
+                      weight_decay=0.01, warmup_ratio=0.0, heldout_every=50, seed=0,
+                      schedule="constant", overlong="truncate")  # as run before issue 13
     return c

@@ -22,6 +22,7 @@ SCHEDULES = tuple(train_step.SCHEDULES)
 NAN_POLICIES = ("error", "skip")
 RM_TRAIN_MODES = ("build_triples", "train")
 EVAL_HEADLINES = ("avg_at_k", "greedy")
+RM_OVERLONG = ("drop", "truncate")
 EXTRACTION_CHOICES = rewards.EXTRACTION_CHOICES  # "auto" + coop_jax.verify.EXTRACTION_MODES
 
 
@@ -76,7 +77,10 @@ def base_config() -> ml_collections.ConfigDict:
         type="rule", threshold=False, hybrid_rm_weight=0.5))
 
     c.cooper = ml_collections.ConfigDict(dict(
-        negative="rewrite", learning_rate=1e-5, warmup_ratio=0.01, weight_decay=0.01,
+        # warmup_ratio 0 and no_pair_step="zero_grad" (AdamW on zero gradients when a step has
+        # no valid pair; "skip": no RM step) follow the reference's RM optimiser
+        negative="rewrite", learning_rate=1e-5, warmup_ratio=0.0, no_pair_step="zero_grad",
+        weight_decay=0.01,
         grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
         heldout_triples="", heldout_every=10))
@@ -113,8 +117,14 @@ def rm_train_section() -> ml_collections.ConfigDict:
         judge_concurrency=8,
         # train: BCE on labelled triples
         triples="", heldout="", workdir="", init_hf="", export_hf="", epochs=3,
-        learning_rate=2e-5, weight_decay=0.01, warmup_ratio=0.0, schedule="constant",
-        grad_clip=1.0, batch_size=16, max_len=0, log_every=10,
+        learning_rate=2e-5, weight_decay=0.01, warmup_ratio=0.0, schedule="linear",
+        grad_clip=1.0,
+        # batch_size rows per AdamW step, their gradient accumulated over micro_batches (lax.scan)
+        batch_size=16, micro_batches=1,
+        # overlong: drop (the reference: leave out triples over max_chars characters) | truncate
+        # (keep them; the tokens keep their last max_len)
+        overlong="drop", max_chars=8000,
+        max_len=0, log_every=10,
         heldout_every=0,  # also evaluate the held-out triples every N steps (0: per epoch only)
         seed=0))
 
@@ -181,6 +191,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
+    _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")
     if (c.reward.type == "cooper" and cooper.NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
             and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
         others = [n for n, s in cooper.NEGATIVE_STRATEGIES.items() if not s.needs_assistant]
@@ -225,7 +236,9 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
 def validate_rm_train(r: ml_collections.ConfigDict) -> None:
     """Raise ValueError naming the first impossible `rm_train` field."""
     _one_of(r.mode, RM_TRAIN_MODES, "rm_train.mode")
-    for name in ("epochs", "batch_size", "log_every", "samples_per_question",
+    _one_of(r.overlong, RM_OVERLONG, "rm_train.overlong")
+    for name in ("epochs", "batch_size", "micro_batches", "max_chars", "log_every",
+                 "samples_per_question",
                  "judge_concurrency", "judge_max_tokens"):
         _positive(r[name], f"rm_train.{name}")
     for name in ("num_examples", "max_len", "max_prompt_len", "max_new_tokens", "heldout_every",

@@ -94,7 +94,7 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         reward_source=source.device, rm=rm_cfg, rm_threshold=c.reward.threshold,
         hybrid_rm_weight=c.reward.hybrid_rm_weight, train_rm=source.trains_rm,
         kernel_impl=c.kernels.impl, valid_vocab=valid_vocab, num_views=source.num_views,
-        kl_coef_in_reward=c.rl.kl_coef)
+        kl_coef_in_reward=c.rl.kl_coef, rm_skip_no_pair=c.cooper.no_pair_step == "skip")
 
 
 def policy_optimizer(config):

@@ -50,8 +50,7 @@ from coop_jax.eval.evaluate import evaluate_reward_model, generate_completions, 
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import (TRIPLE_KEYS, check_triples, format_rm_input,  # noqa: F401
                                read_triples, tokenize_rm_inputs, write_triples)
-from coop_jax.train_step import (ModelState, TrainState, gradient_step, make_optimizer,
-                                 place_state)
+from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
 from coop_jax.verify import RuleVerifier
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "eval", "default_config.py")
@@ -213,24 +212,40 @@ def load_rm(section, mesh, seed: int, init_hf: str | None = None):
     return cfg, params, prepare_tokenizer(load_tokenizer(tok_path)), tok_path, lm.hf_config
 
 
-def _bce_loss(cfg):
-    def loss_fn(params, batch):
+def _bce_sums(cfg):
+    """(weighted BCE sum, weighted correct count) of a batch: sums, so micro-batches add up."""
+    def sums(params, batch):
         scores = models.reward_scores(params, cfg, batch["tokens"], batch["mask"])
         w = batch["weight"]
-        n = jnp.maximum(w.sum(), 1.0)
-        loss = (optax.sigmoid_binary_cross_entropy(scores, batch["labels"]) * w).sum() / n
-        acc = (((scores > 0) == (batch["labels"] > 0.5)) * w).sum() / n
-        return loss, {"loss": loss, "accuracy": acc}
-    return loss_fn
+        loss = (optax.sigmoid_binary_cross_entropy(scores, batch["labels"]) * w).sum()
+        return loss, (((scores > 0) == (batch["labels"] > 0.5)) * w).sum()
+    return sums
 
 
-def _make_step(cfg, tx, mesh, shardings):
-    loss_fn = _bce_loss(cfg)
+def _make_step(cfg, tx, mesh, shardings, micro_batches: int = 1):
+    """One AdamW step on the batch's mean BCE, its gradient accumulated over `micro_batches`
+    micro-batches by `lax.scan` (only one micro-batch's activations live at a time)."""
+    grad_fn = jax.value_and_grad(_bce_sums(cfg), has_aux=True)
 
     def step(state, batch):
-        state, metrics, grads = gradient_step(loss_fn, state, tx, batch)
-        metrics["grad_norm"] = optax.tree.norm(grads)
-        return state, metrics
+        # micro-batch m takes rows m, m + M, ...: every micro-batch stays spread over the shards
+        micro = jax.tree_util.tree_map(
+            lambda x: jnp.swapaxes(x.reshape((-1, micro_batches) + x.shape[1:]), 0, 1), batch)
+
+        def body(carry, mb):
+            grads, loss, correct = carry
+            (l, c), g = grad_fn(state.params, mb)
+            return (jax.tree_util.tree_map(jnp.add, grads, g), loss + l, correct + c), None
+
+        zero = jnp.zeros((), jnp.float32)
+        init = (jax.tree_util.tree_map(jnp.zeros_like, state.params), zero, zero)
+        (grads, loss, correct), _ = jax.lax.scan(body, init, micro)
+        n = jnp.maximum(batch["weight"].sum(), 1.0)
+        grads = jax.tree_util.tree_map(lambda g: g / n, grads)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        state = ModelState(optax.apply_updates(state.params, updates), opt_state)
+        return state, {"loss": loss / n, "accuracy": correct / n,
+                       "grad_norm": optax.tree.norm(grads)}
 
     batch_sh = {k: parallel.batch_sharding(mesh, ndim) for k, ndim in
                 (("tokens", 2), ("mask", 2), ("labels", 1), ("weight", 1))}
@@ -265,6 +280,23 @@ def _heldout_row(params, cfg, tokenizer, heldout, max_len: int, batch_size: int)
             "heldout/auc": report["roc_auc"]["mean"]}
 
 
+def drop_overlong(triples: Sequence[dict], opts) -> tuple[list[dict], int]:
+    """`rm_train.overlong="drop"` (the reference): leave out triples whose question, reference and
+    completion have more than `rm_train.max_chars` characters together; "truncate" keeps them all
+    (the token input keeps its last `max_len` tokens)."""
+    if opts.overlong == "truncate":
+        return list(triples), 0
+    kept = [t for t in triples
+            if len(t["question"]) + len(t["reference"]) + len(t["completion"]) <= opts.max_chars]
+    if not kept:
+        raise ValueError(f"every training triple is over config.rm_train.max_chars "
+                         f"({opts.max_chars}); raise it or set rm_train.overlong='truncate'")
+    if len(kept) < len(triples):
+        log.warning("dropped %d of %d training triples over rm_train.max_chars=%d",
+                    len(triples) - len(kept), len(triples), opts.max_chars)
+    return kept, len(triples) - len(kept)
+
+
 def rm_max_len(config) -> int:
     """The RM's input length: `rm_train.max_len`, else `cooper.max_len`."""
     return config.rm_train.max_len or config.cooper.max_len
@@ -289,9 +321,12 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    if opts.batch_size % shards:
+    if opts.batch_size % (shards * opts.micro_batches):
         raise ValueError(f"config.rm_train.batch_size ({opts.batch_size}) must be a multiple of "
-                         f"the data x fsdp mesh size ({shards})")
+                         f"the data x fsdp mesh size ({shards}) x rm_train.micro_batches "
+                         f"({opts.micro_batches})")
+    train_triples, dropped = drop_overlong(train_triples, opts)
+    labels = np.asarray(check_triples(train_triples), np.float32)
     cfg, params, tokenizer, tok_path, base_hf = load_rm(config.reward_model, mesh, opts.seed,
                                                         opts.init_hf or None)
     steps_per_epoch = math.ceil(len(train_triples) / opts.batch_size)
@@ -301,7 +336,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                         weight_decay=opts.weight_decay, grad_clip=opts.grad_clip)
     state = place_state(ModelState(params, tx.init(params)), mesh)
     shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
-    step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings)
+    step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings, opts.micro_batches)
     truncated = _truncated_fraction(tokenizer, train_triples, max_len)
     if truncated:
         log.warning("%.1f%% of the training inputs exceed max_len=%d and lose their start",
@@ -374,6 +409,8 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                "heldout_accuracy": held.get("heldout/accuracy"),
                "heldout_accuracy_ci": held.get("heldout/accuracy_ci"),
                "heldout_auc": held.get("heldout/auc"), "truncated_fraction": truncated,
+               "dropped_overlong": dropped,
+               "effective_batch": opts.batch_size, "micro_batches": opts.micro_batches,
                "max_len": max_len, "wall_seconds": time.time() - t0,
                "checkpoint": os.path.join(os.path.abspath(workdir), "checkpoints"),
                "export_hf": os.path.abspath(opts.export_hf) if opts.export_hf else None}

@@ -52,6 +52,9 @@ class StepConfig:
     rm_threshold: bool = False  # reward = 1[sigmoid(score) > 0.5] instead of sigmoid(score)
     hybrid_rm_weight: float = 0.5
     train_rm: bool = False
+    # a step without a valid pair: False = AdamW on zero gradients (the reference: moments decay,
+    # weight decay applies), True = no RM step at all
+    rm_skip_no_pair: bool = False
     kernel_impl: str = "auto"
     valid_vocab: int | None = None
     num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
@@ -76,8 +79,17 @@ def _cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
                                               max(total_steps, warmup_steps + 1))
 
 
+def _linear_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
+    """Linear decay from the peak to 0 at `total_steps` (the VerifyRM reference's schedule)."""
+    decay = max(total_steps - warmup_steps, 1)
+    return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
+                                 optax.linear_schedule(learning_rate, 0.0, decay)],
+                                [warmup_steps])
+
+
 # learning-rate schedules after a linear warm-up: (peak, warmup_steps, total_steps) -> schedule
-SCHEDULES = {"constant": _constant_schedule, "cosine": _cosine_schedule}
+SCHEDULES = {"constant": _constant_schedule, "cosine": _cosine_schedule,
+             "linear": _linear_schedule}
 
 
 def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
@@ -197,9 +209,10 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
 
 def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[ModelState, dict]:
     updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm, batch)
-    has_pairs = metrics["rm_valid_pairs"] > 0
-    keep = lambda new, old: jnp.where(has_pairs, new, old)
-    new = jax.tree_util.tree_map(keep, updated, state.rm)  # no pair: no step at all
+    new = updated  # no pair: the loss has zero gradient, AdamW still steps
+    if cfg.rm_skip_no_pair:
+        has_pairs = metrics["rm_valid_pairs"] > 0
+        new = jax.tree_util.tree_map(lambda n, o: jnp.where(has_pairs, n, o), updated, state.rm)
     metrics["rm_grad_norm"] = optax.global_norm(grads)
     metrics["rm_pair_acc_before"] = metrics.pop("rm_pair_acc")
     return new, metrics

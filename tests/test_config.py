@@ -29,3 +29,11 @@ def test_eval_headline_defaults_to_the_papers_avg_at_8_and_is_validated():
     c.eval.headline, c.eval.k = "avg_at_k", 0
     with pytest.raises(ValueError, match="eval.k must be > 0"):
         config_lib.validate(c)
+
+
+def test_cooper_rm_optimiser_defaults_follow_the_reference():
+    c = config_lib.base_config()
+    assert c.cooper.warmup_ratio == 0.0 and c.cooper.no_pair_step == "zero_grad"
+    c.cooper.no_pair_step = "never"
+    with pytest.raises(ValueError, match="cooper.no_pair_step must be one of"):
+        config_lib.validate(c)

@@ -123,15 +123,26 @@ def test_cooper_joint_step_equals_separate_updates():
     assert not np.allclose(proxy_after, proxy)
 
 
-def test_no_valid_pair_leaves_rm_unchanged():
+def test_no_valid_pair_rm_step_zero_gradient_by_default_or_skipped():
+    import dataclasses
+    import optax
     cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
                      train_rm=True, kernel_impl="xla")
     state = _state(True)
     before = jax.device_get(state.rm)
+    # default (the reference): AdamW on zero gradients, so weight decay shrinks the weights
     new, metrics = jit_step(cfg, TX, RM_TX, donate=False)(state, _batch(2, (0, 0, 0, 0)))
+    assert metrics["rm_valid_pairs"] == 0 and np.isfinite(metrics["rm_loss"])
+    expected, _ = RM_TX.update(jax.tree_util.tree_map(np.zeros_like, before.params),
+                               before.opt_state, before.params)
+    _close(new.rm.params, optax.apply_updates(before.params, expected), atol=1e-7)
+    assert max(np.abs(a - b).max() for a, b in zip(jax.tree_util.tree_leaves(new.rm.params),
+                                                    jax.tree_util.tree_leaves(before.params))) > 0
+    # rm_skip_no_pair: no RM step at all
+    skip = dataclasses.replace(cfg, rm_skip_no_pair=True)
+    new, _ = jit_step(skip, TX, RM_TX, donate=False)(state, _batch(2, (0, 0, 0, 0)))
     _close(new.rm.params, before.params, atol=0)
     _close(new.rm.opt_state, before.opt_state, atol=0)
-    assert metrics["rm_valid_pairs"] == 0 and np.isfinite(metrics["rm_loss"])
 
 
 def test_equal_rewards_give_zero_advantage_and_no_nan():
