@@ -224,7 +224,7 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     ([R + "mode=build_triples", R + "policy_hf=a", R + "out=x", R + "heldout_fraction=0.1"],
      "config.rm_train.heldout_out"),
     ([R + "mode=train", R + "batch_size=0"], "config.rm_train.batch_size must be > 0"),
-    ([R + "mode=train", R + "schedule=linear"], "config.rm_train.schedule must be one of"),
+    ([R + "mode=train", R + "schedule=exponential"], "config.rm_train.schedule must be one of"),
     (["--mode=train"], "Unknown command line flag 'mode'"),
 ])
 def test_coop_train_rm_flag_errors(args, message):
