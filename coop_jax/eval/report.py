@@ -226,19 +226,33 @@ def write_report(run_dirs: list[str], out_dir: str, group_by: str = "method") ->
         md += ["![training curves](curves.png)", "",
                "Curves: mean over each group's runs, shaded 95% t interval where at least two "
                "runs logged the step.", ""]
-    md += ["## Runs", "", "| run | group | seed | initial | final | steps |", "|---|---|---|---|---|---|"]
+    md += runs_section(runs, group_by)
+    result = {"group_by": group_by, "groups": groups, "curves": plotted,
+              "runs": [r["dir"] for r in runs]}
+    save_report(out_dir, md, result)
+    return result
+
+
+def runs_section(runs: list[dict], group_by: str, header: str = "group",
+                 wall: bool = False) -> list[str]:
+    """Markdown lines of the per-run table (``wall``: add the wall-clock seconds column)."""
+    extra = " wall (s) |" if wall else ""
+    md = ["## Runs", "", f"| run | {header} | seed | initial | final | steps |{extra}",
+          "|---" * (7 if wall else 6) + "|"]
     for r in runs:
         s = r["summary"]
         md.append(f"| {r['name']} | {group_name(r, group_by)} | {s.get('seed', '')} | "
                   f"{100 * s['initial_accuracy']:.2f} | {100 * s['final_accuracy']:.2f} | "
-                  f"{s.get('steps', '')} |")
+                  f"{s.get('steps', '')} |" + (f" {s.get('wall_seconds', 0):.0f} |" if wall else ""))
+    return md
+
+
+def save_report(out_dir: str, md: list[str], result: dict) -> None:
+    """Write OUT/report.md from the markdown lines and OUT/report.json from ``result``."""
     with open(os.path.join(out_dir, "report.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
-    result = {"group_by": group_by, "groups": groups, "curves": plotted,
-              "runs": [r["dir"] for r in runs]}
     with open(os.path.join(out_dir, "report.json"), "w") as fh:
         json.dump(result, fh, indent=2)
-    return result
 
 
 def main(argv: list[str]) -> dict:

@@ -126,19 +126,10 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     md += [""]
     if plotted:
         md += ["![training curves](curves.png)", ""]
-    md += ["## Runs", "", "| run | arm | seed | initial | final | steps | wall (s) |",
-           "|---|---|---|---|---|---|---|"]
-    for r in runs:
-        s = r["summary"]
-        md.append(f"| {r['name']} | {report_lib.group_name(r, 'arm')} | {s.get('seed', '')} | "
-                  f"{100 * s['initial_accuracy']:.2f} | {100 * s['final_accuracy']:.2f} | "
-                  f"{s.get('steps', '')} | {s.get('wall_seconds', 0):.0f} |")
-    with open(os.path.join(out_dir, "report.md"), "w") as fh:
-        fh.write("\n".join(md) + "\n")
+    md += report_lib.runs_section(runs, "arm", header="arm", wall=True)
     result = {"groups": groups, "diagnostics": diag, "missing": missing,
               "runs": [r["dir"] for r in runs], "partial": bool(missing)}
-    with open(os.path.join(out_dir, "report.json"), "w") as fh:
-        json.dump(result, fh, indent=2)
+    report_lib.save_report(out_dir, md, result)
     return result
 
 
