@@ -71,6 +71,27 @@ def tiny_model_config(**overrides):
     return ModelConfig(**(fields | overrides))
 
 
+def save_tiny_hf_causal_lm(path: pathlib.Path, max_position_embeddings: int = 512) -> str:
+    """A random 1-layer transformers Qwen2ForCausalLM with the char tokenizer's files, saved in
+    `path` (an HF folder `hf.load` and the rewriters read)."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=2,
+                                   num_key_value_heads=1,
+                                   max_position_embeddings=max_position_embeddings,
+                                   pad_token_id=0, eos_token_id=1, tie_word_embeddings=True)
+    transformers.Qwen2ForCausalLM(cfg).eval().save_pretrained(path)
+    for name in os.listdir(CHAR_TOKENIZER_DIR):
+        shutil.copy(os.path.join(CHAR_TOKENIZER_DIR, name), pathlib.Path(path) / name)
+    return str(path)
+
+
 def save_tiny_policy(workdir: pathlib.Path, step: int, config) -> None:
     """A coop-train-style checkpoint of a random tiny policy with `config` in its metadata."""
     import json

@@ -1,16 +1,15 @@
 """Cooper's host side: (positive, negative) pairs per strategy, the HTTP and local rewriters, pair
 tokenisation and the Co-rewarding-II EMA schedule."""
 import math
-import os
-import shutil
 
 import numpy as np
 import pytest
 
+from conftest import save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
 from coop_jax import cooper, rewards
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.models.tokenizer import load_tokenizer
 from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
 from coop_jax.verify import RuleVerifier
 
@@ -164,16 +163,7 @@ def test_corewarding_decay_schedule():
 
 
 def test_local_rewriter_with_a_tiny_hf_model(tmp_path):
-    import torch
-    import transformers
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=256,
-                                   pad_token_id=0, eos_token_id=1, tie_word_embeddings=True)
-    transformers.Qwen2ForCausalLM(cfg).eval().save_pretrained(tmp_path)
-    for name in os.listdir(CHAR_TOKENIZER_DIR):
-        shutil.copy(os.path.join(CHAR_TOKENIZER_DIR, name), tmp_path / name)
+    save_tiny_hf_causal_lm(tmp_path, max_position_embeddings=256)
     rewrite = cooper.local_rewriter(str(tmp_path), max_prompt_len=48, max_new_tokens=6)
     out = rewrite([("3+4", "3+4=7. #### 7"), ("5+5", "5+5=10. #### 10")])
     assert len(out) == 2 and all(isinstance(t, str) and len(t) <= 6 for t in out)

@@ -4,7 +4,6 @@ corewarding_1 training on rephrased GSM8K."""
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -12,12 +11,12 @@ import time
 
 import pytest
 from absl.app import UsageError
+from conftest import save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
 from coop_jax import data, train
 from coop_jax.data import rephrase
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many apples does he have?",
@@ -174,18 +173,7 @@ def test_kill9_mid_run_then_resume_finishes_each_row_once(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_hf_dir(tmp_path_factory):
-    import torch
-    import transformers
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, max_position_embeddings=512,
-                                   pad_token_id=0, eos_token_id=1, tie_word_embeddings=True)
-    path = tmp_path_factory.mktemp("tiny_lm")
-    transformers.Qwen2ForCausalLM(cfg).eval().save_pretrained(path)
-    for name in os.listdir(CHAR_TOKENIZER_DIR):
-        shutil.copy(os.path.join(CHAR_TOKENIZER_DIR, name), path / name)
-    return str(path)
+    return save_tiny_hf_causal_lm(tmp_path_factory.mktemp("tiny_lm"))
 
 
 def test_tiny_local_model_end_to_end_and_resume(tiny_hf_dir, tmp_path):
