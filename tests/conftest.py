@@ -71,6 +71,17 @@ def tiny_model_config(**overrides):
     return ModelConfig(**(fields | overrides))
 
 
+def repo_config(name: str, *args):
+    """`get_config(*args)` of the repository's configs/NAME.py, loaded from its file as the CLI's
+    --config flag does."""
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parent.parent / "configs" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(*args)
+
+
 def save_tiny_hf_causal_lm(path: pathlib.Path, max_position_embeddings: int = 512) -> str:
     """A random 1-layer transformers Qwen2ForCausalLM with the char tokenizer's files, saved in
     `path` (an HF folder `hf.load` and the rewriters read)."""

@@ -1,7 +1,6 @@
 """coop-rephrase (Co-rewarding-I's second view) over the fake OpenAI server and a tiny local model,
 resume after kill -9, the loader reading the view back, the Co-rewarding configs, and
 corewarding_1 training on rephrased GSM8K."""
-import importlib.util
 import json
 import os
 import signal
@@ -11,7 +10,7 @@ import time
 
 import pytest
 from absl.app import UsageError
-from conftest import save_tiny_hf_causal_lm
+from conftest import repo_config, save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
@@ -219,17 +218,9 @@ def test_config_errors(tmp_path):
         rephrase.main(_argv(data_dir, str(tmp_path / "o"), url="http://x", batch_size=0))
 
 
-def _load_config(name, arg):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "configs",
-                                                                     f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
-
-
 @pytest.mark.parametrize("variant, kl", [("1", 0.005), ("2", 0.001)])
 def test_corewarding_configs_follow_the_released_scripts(variant, kl):
-    c = _load_config("corewarding_gsm8k", variant)
+    c = repo_config("corewarding_gsm8k", variant)
     config_lib.validate(c, device_count=8)
     assert c.reward.type == f"corewarding_{variant}" and c.rl.kl_coef == kl
     assert c.rollout.group_size == 8 and c.rl.kl_estimator == "low_var_kl"
@@ -239,15 +230,11 @@ def test_corewarding_configs_follow_the_released_scripts(variant, kl):
     assert c.optim.warmup_steps == 30
     assert c.data.data_dir.endswith("rephrased") == (variant == "1")
     with pytest.raises(ValueError, match="variant '1' or '2'"):
-        _load_config("corewarding_gsm8k", "3")
+        repo_config("corewarding_gsm8k", "3")
 
 
 def _tiny_gsm8k_config(data_dir):
-    spec = importlib.util.spec_from_file_location("tiny_test",
-                                                  os.path.join(ROOT, "configs", "tiny_test.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config()
+    c = repo_config("tiny_test")
     c.reward.type = "corewarding_1"
     c.data.update(dataset="gsm8k", data_dir=data_dir, prompt_template="raw", max_prompt_len=80,
                   num_eval=2)

@@ -6,6 +6,8 @@ import os
 import numpy as np
 import pytest
 
+from conftest import repo_config
+
 from coop_jax import cooper, rewards
 from coop_jax.data.synthetic import make_dataset, solution_error_kind
 from coop_jax.experiments import hacking_report, reward_hacking
@@ -77,12 +79,7 @@ def test_methods_and_seeds_select_a_subset():
 
 
 def reward_hacking_config():
-    import importlib.util
-    path = os.path.join(os.path.dirname(__file__), "..", "configs", "toy_hacking.py")
-    spec = importlib.util.spec_from_file_location("toy_hacking_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    return repo_config("toy_hacking")
 
 
 def _fake_run(root, arm, seed, proxy, rule, final):
@@ -133,13 +130,7 @@ def test_rm_learning_curve(tmp_path):
 def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
     """The static-RM stage on a tiny char RM: held-out accuracy / AUC / per-kind accuracy in
     rm_summary.json, held-out rows every rm_train.heldout_every steps, the learning-curve files."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.py")
-    spec = importlib.util.spec_from_file_location("tiny_test_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    config = module.get_config()
+    config = repo_config("tiny_test")
     config.rm_train.update(mode="train", epochs=2, learning_rate=1e-3, batch_size=8,
                            heldout_every=2)
     records = make_dataset(12, seed=0)
@@ -163,12 +154,7 @@ def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
 
 
 def _tiny_config():
-    import importlib.util
-    path = os.path.join(os.path.dirname(__file__), "..", "configs", "tiny_test.py")
-    spec = importlib.util.spec_from_file_location("tiny_test_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    return repo_config("tiny_test")
 
 
 def test_experiment_end_to_end_on_a_tiny_config(tmp_path):

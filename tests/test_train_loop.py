@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 
+from conftest import repo_config
+
 from coop_jax import train
 from coop_jax.config import REWARD_TYPES
 
@@ -17,12 +19,7 @@ TINY = os.path.join(ROOT, "configs", "tiny_test.py")
 
 
 def tiny_config():
-    from ml_collections import config_flags  # noqa: F401  (same loader as the CLI)
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("tiny_test", TINY)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+    return repo_config("tiny_test")
 
 
 def _rows(workdir):
