@@ -10,7 +10,6 @@ question) is read back; a missing or blank one is None.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any, Callable
 
 from coop_jax.data.synthetic import SPLITS as SYNTHETIC_SPLITS
 from coop_jax.data.synthetic import SyntheticConfig, make_dataset
+from coop_jax.jsonl import JsonlError, iter_jsonl
 
 Record = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -147,22 +147,18 @@ def _read_jsonl(path: str, parse: Callable[[dict, int], Record], *,
     """Parsed records (or, ``with_rows``, ``(raw row, record)`` pairs) and the skip counts."""
     stats = SkipStats(path=str(path))
     records: list = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f):
-            if not line.strip():
-                continue
-            stats.rows += 1
-            try:
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise _Skip("not JSON") from e
-                if not isinstance(row, dict):
-                    raise _Skip("not a JSON object")
-                record = parse(row, line_no)
-                records.append((row, record) if with_rows else record)
-            except _Skip as e:
-                stats.skip(line_no, str(e))
+
+    def skip_line(err: JsonlError) -> None:
+        stats.rows += 1
+        stats.skip(err.line_no - 1, err.reason)
+
+    for line_no, row in iter_jsonl(path, on_invalid=skip_line):
+        stats.rows += 1
+        try:  # ids and SkipStats count lines from 0
+            record = parse(row, line_no - 1)
+            records.append((row, record) if with_rows else record)
+        except _Skip as e:
+            stats.skip(line_no - 1, str(e))
     stats.kept = len(records)
     if stats.num_skipped:
         logger.warning("%s: skipped %d of %d rows (%s); e.g. %s", path, stats.num_skipped,

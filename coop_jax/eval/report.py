@@ -22,7 +22,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax.eval.stats import interval_to_json, mean_ci
-from coop_jax.jsonl import read_jsonl
+from coop_jax.jsonl import read_json, read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -44,13 +44,7 @@ def load_run(run_dir: str) -> dict[str, Any]:
     path = os.path.join(run_dir, "summary.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{run_dir}: no summary.json")
-    with open(path) as fh:
-        try:
-            summary = json.load(fh)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path} must hold a JSON object")
+    summary = read_json(path)
     for key in REQUIRED_SUMMARY_KEYS:
         if not isinstance(summary.get(key), (int, float)) or isinstance(summary.get(key), bool):
             raise ValueError(f"{path}: '{key}' must be a number, got {summary.get(key)!r}")

@@ -19,53 +19,42 @@ import json
 import sys
 import time
 
+from coop_jax.jsonl import JsonlError, iter_jsonl
 from coop_jax.verify.pool import RuleVerifier
 from coop_jax.verify.strict import EXTRACTION_MODES
 
 
-class InputError(ValueError):
-    """A line of the input file is not a valid verification item."""
-
-
-def _parse_line(lineno: int, line: str) -> dict:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"line {lineno}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"line {lineno}: expected a JSON object, got {type(obj).__name__}")
+def _check_item(source: str, line_no: int, obj: dict) -> dict:
+    """The row with an int/float ``reference`` turned into a string; JsonlError naming the field."""
     for field in ("reference", "completion"):
         if field not in obj:
-            raise InputError(f"line {lineno}: missing field '{field}'")
+            raise JsonlError(source, line_no, f"missing field '{field}'")
     ref = obj["reference"]
     if isinstance(ref, (int, float)) and not isinstance(ref, bool):
         obj["reference"] = str(ref)
     elif not isinstance(ref, str):
-        raise InputError(f"line {lineno}: field 'reference' must be a string, "
+        raise JsonlError(source, line_no, "field 'reference' must be a string",
                          f"got {type(ref).__name__}")
     if not isinstance(obj["completion"], str):
-        raise InputError(f"line {lineno}: field 'completion' must be a string, "
+        raise JsonlError(source, line_no, "field 'completion' must be a string",
                          f"got {type(obj['completion']).__name__}")
     return obj
 
 
-def read_items(path: str, skip_invalid: bool) -> tuple[list[dict], list[str]]:
-    """Valid items of a JSONL file and the messages for skipped lines."""
-    items, skipped = [], []
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    try:
-        for lineno, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(_parse_line(lineno, line))
-            except InputError as exc:
-                if not skip_invalid:
-                    raise
-                skipped.append(str(exc))
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
+def read_items(path: str, skip_invalid: bool) -> tuple[list[dict], list[JsonlError]]:
+    """Valid items of a JSONL file ('-' for stdin) and the errors of the skipped lines."""
+    items: list[dict] = []
+    skipped: list[JsonlError] = []
+    source = "<stdin>" if path == "-" else path
+    rows = iter_jsonl(sys.stdin if path == "-" else path,
+                      on_invalid=skipped.append if skip_invalid else None)
+    for line_no, obj in rows:
+        try:
+            items.append(_check_item(source, line_no, obj))
+        except JsonlError as exc:
+            if not skip_invalid:
+                raise
+            skipped.append(exc)
     return items, skipped
 
 
@@ -86,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--workers must be >= 1 and --timeout > 0")
     try:
         items, skipped = read_items(args.inp, args.skip_invalid)
-    except InputError as exc:
-        print(f"error: {args.inp}: {exc}", file=sys.stderr)
+    except JsonlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"error: cannot read {args.inp}: {exc}", file=sys.stderr)
@@ -118,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{stats.crashes} crashes, {stats.errors} errors, {len(skipped)} skipped lines, "
           f"{stats.worker_restarts} worker restarts; {rate:.0f} labels/s "
           f"(+{t0 - t_start:.1f}s worker start-up)", file=sys.stderr)
-    for msg in skipped[:10]:
-        print(f"skipped: {msg}", file=sys.stderr)
+    for exc in skipped[:10]:
+        print(f"skipped: line {exc.line_no}: {exc.describe()}", file=sys.stderr)
     return 0
 
 
