@@ -1,7 +1,8 @@
 """The compiled update: one `jax.jit` that carries the policy and, for Cooper, the reward model.
 
     rewards     <- batch rewards (rule / majority vote / ...) or sigmoid(RM) with the PRE-update RM
-    old, ref    <- log-probs of the rollouts under the policy before the update and the reference
+    old, ref    <- log-probs of the rollouts under the policy before the update (or, when the batch
+                   carries `behaviour_logprobs`, the sampler's) and under the reference
     advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt
     policy      <- PPO epochs x minibatches (lax.scan) of the clipped loss, AdamW
     RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
@@ -224,6 +225,8 @@ def train_step(state: TrainState, batch: dict, *, cfg: StepConfig, tx, rm_tx=Non
     `jit_step`)."""
     rewards, metrics = compute_rewards(state, cfg, batch)
     old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
+    if "behaviour_logprobs" in batch:  # rollout.overlap: sampled by the previous step's policy
+        old_logp = batch["behaviour_logprobs"].astype(jnp.float32)
     old_logp = jax.lax.stop_gradient(old_logp)
     ref_logp = None
     if state.ref_params is not None:

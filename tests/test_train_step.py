@@ -169,3 +169,25 @@ def test_hybrid_reward_keeps_rule_strata(source):
     rewards = np.asarray(rewards)
     rule = batch["rewards"] > 0.5
     assert np.all(rewards[rule] >= 0.6) and np.all(rewards[~rule] <= 0.4)
+
+
+def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
+    """rollout.overlap: the PPO ratio is taken against the sampler's log-probs when the batch
+    carries them; equal ones give the on-policy step."""
+    from coop_jax.train_step import _logprobs
+    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
+                     kernel_impl="xla")
+    tx = make_optimizer(1e-2, weight_decay=0.0)
+    state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
+    batch = _batch(5)
+    step = jit_step(cfg, tx, donate=False)
+    on_policy, metrics = step(state, batch)
+    assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
+    own = np.asarray(_logprobs(state.policy.params, cfg, batch)[0])
+    same, same_metrics = step(state, dict(batch, behaviour_logprobs=own))
+    _close(same.policy.params, on_policy.policy.params, atol=1e-6)
+    assert float(same_metrics["loss"]) == pytest.approx(float(metrics["loss"]), abs=1e-6)
+    # a behaviour policy 0.5 nats less likely on every token: ratio e^0.5, KL(old) 0.5^2 / 2
+    _, stale = step(state, dict(batch, behaviour_logprobs=own - 0.5))
+    assert float(stale["ratio_mean"]) == pytest.approx(np.exp(0.5), rel=1e-4)
+    assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
