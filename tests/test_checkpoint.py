@@ -110,6 +110,23 @@ def test_state_without_ref_or_rm(tmp_path):
     ckpt.close()
 
 
+def test_host_items_round_trip_as_numpy(tmp_path):
+    """`save(host_items=...)`: further numpy trees (rollout.overlap's pending rollouts) beside the
+    state, read back alone by `load_host_item`."""
+    state = small_state(5).replace(ref_params=None, rm=None)
+    pending = {"views": [{"tokens": np.arange(6, dtype=np.int32).reshape(2, 3),
+                          "logprobs": np.linspace(-2, 0, 6, dtype=np.float32).reshape(2, 3),
+                          "truncated": np.array([True, False])}]}
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    ckpt.save(5, state, {"step": 5}, host_items={"pending_rollouts": pending})
+    restored, _ = ckpt.restore(jax.tree_util.tree_map(np.zeros_like, state))
+    _assert_trees_equal(restored.policy, state.policy)
+    got = ckpt.load_host_item("pending_rollouts")
+    _assert_trees_equal(got, pending)
+    assert all(isinstance(x, np.ndarray) for x in jax.tree_util.tree_leaves(got))
+    ckpt.close()
+
+
 def test_meta_without_step_round_trips(tmp_path):
     """The restored step is the checkpoint's step; meta is free-form (no required keys)."""
     state = small_state(9).replace(ref_params=None, rm=None)

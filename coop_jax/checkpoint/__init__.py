@@ -55,20 +55,28 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def _step(self, step: int | None) -> int:
+        """`step`, or the latest one when None; FileNotFoundError without a checkpoint."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        return step
+
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 
-    def save(self, step: int, state, meta: dict, *, force: bool = True) -> None:
-        args = {name: ocp.args.StandardSave(tree) for name, tree in _items(state).items()}
+    def save(self, step: int, state, meta: dict, *, host_items: dict | None = None,
+             force: bool = True) -> None:
+        """`host_items`: further named trees of numpy arrays, read back by `load_host_item`."""
+        args = {name: ocp.args.StandardSave(tree)
+                for name, tree in (_items(state) | (host_items or {})).items()}
         args["meta"] = ocp.args.JsonSave(meta)
         self._manager.save(step, args=ocp.args.Composite(**args), force=force)
         self._manager.wait_until_finished()
 
     def restore(self, state, step: int | None = None):
         """(state with restored values and the shardings of `state`, meta) at `step` or latest."""
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        step = self._step(step)
         items = _items(state)
         args = {name: ocp.args.StandardRestore(_abstract(tree)) for name, tree in items.items()}
         args["meta"] = ocp.args.JsonRestore()
@@ -85,9 +93,7 @@ class Checkpointer:
         return new, dict(out["meta"])
 
     def read_meta(self, step: int | None = None) -> dict:
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        step = self._step(step)
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
 
@@ -95,9 +101,7 @@ class Checkpointer:
         """One saved item (e.g. "policy_params") as arrays on the default device."""
         if item not in STATE_ITEMS:
             raise ValueError(f"item must be one of {STATE_ITEMS}, got {item!r}")
-        step = self.latest_step() if step is None else step
-        if step is None:
-            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        step = self._step(step)
         # Target the default device explicitly: without a target orbax rebuilds the saved mesh
         # shardings, which fails in a process with another device layout (eval, export).
         from etils import epath
@@ -108,6 +112,13 @@ class Checkpointer:
             lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
         out = self._manager.restore(step, args=ocp.args.Composite(
             **{item: ocp.args.StandardRestore(target)}))
+        return out[item]
+
+    def load_host_item(self, item: str, step: int | None = None):
+        """A tree saved through `save(host_items=...)`, as numpy arrays."""
+        step = self._step(step)
+        out = self._manager.restore(step, args=ocp.args.Composite(
+            **{item: ocp.args.StandardRestore()}))
         return out[item]
 
     def close(self) -> None:
