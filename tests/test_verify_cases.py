@@ -3,6 +3,7 @@
 import pytest
 
 from coop_jax.verify import answers_equivalent, extract_answer, verify, verify_detailed
+from coop_jax.verify.normalize import match_brace, matching_braces
 
 # (reference answer, candidate answer, expected verdict). Candidates are checked bare and
 # inside \boxed{}.
@@ -192,3 +193,10 @@ def test_verify_detailed_reports_extracted():
 def test_non_string_inputs_are_incorrect():
     assert verify(None, "18") is False  # type: ignore[arg-type]
     assert answers_equivalent("18", 18) is False  # type: ignore[arg-type]
+
+
+def test_brace_matching_skips_escapes_and_reports_unclosed():
+    text = r"\{ {a\}b} {c{d}} {open"
+    assert match_brace(text, 3) == 8 and match_brace(text, 10) == 15
+    assert match_brace(text, 17) == -1
+    assert matching_braces(text, {3, 10, 12, 17}) == {3: 8, 10: 15, 12: 14}

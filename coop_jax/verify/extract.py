@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from coop_jax.verify.normalize import match_brace, matching_braces
 from coop_jax.verify.strict import EXTRACTION_MODES, check_mode, strict_boxed, strict_hash
 
 __all__ = ["EXTRACTION_MODES", "all_boxed", "extract_answer", "final_boxes", "find_boxed",
@@ -66,26 +67,6 @@ _CHAT_TOKEN_RE = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end|user|as
 _TWO_WORDS = re.compile(r"(?<![\\a-zA-Z])[A-Za-z]{2,}\s+[A-Za-z]{2,}(?![a-zA-Z])")
 
 
-def _matching_braces(text: str, opens: set[int]) -> dict[int, int]:
-    """Map each ``{`` position in ``opens`` to its closing ``}`` (one linear pass)."""
-    out: dict[int, int] = {}
-    stack: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "{":
-            stack.append(i)
-        elif ch == "}" and stack:
-            start = stack.pop()
-            if start in opens:
-                out[start] = i
-        i += 1
-    return out
-
-
 @lru_cache(maxsize=8)  # the same text is scanned by several extraction steps
 def _boxes(text: str) -> tuple[tuple[tuple[int, int, str], ...], bool]:
     """Outermost ``\\boxed``/``\\fbox`` groups as (start, end, content), and whether the last
@@ -99,7 +80,7 @@ def _boxes(text: str) -> tuple[tuple[tuple[int, int, str], ...], bool]:
     if not hits:
         return (), False
     opens = {j for _, j in hits if j < len(text) and text[j] == "{"}
-    closes = _matching_braces(text, opens) if opens else {}
+    closes = matching_braces(text, opens) if opens else {}
     boxes: list[tuple[int, int, str]] = []
     last_end = -1
     broken = False
@@ -159,7 +140,7 @@ def _unwrap_box(content: str, levels: int = 4) -> str:
             j += 1
         if j >= len(content) or content[j] != "{":
             return content
-        close = _matching_braces(content, {j}).get(j)
+        close = match_brace(content, j)
         if close != len(content) - 1:
             return content
         content = content[j + 1:close].strip()

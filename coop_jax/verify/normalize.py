@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Collection
 
 MAX_ANSWER_CHARS = 512  # longer "answers" are compared only as identical strings
 MAX_BRACE_DEPTH = 10  # ANTLR parse time grows steeply with nesting
@@ -98,24 +99,31 @@ def brace_depth_ok(s: str, limit: int = MAX_BRACE_DEPTH) -> bool:
     return True
 
 
+# A backslash escapes the next character (``\\{`` is no group), so it is one token with it.
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
+
+
+def matching_braces(text: str, opens: Collection[int], start: int = 0) -> dict[int, int]:
+    """Map each ``{`` position in ``opens`` to its closing ``}``, or leave it out if it never
+    closes: one pass from ``start``, skipping escaped characters, that stops once all are found."""
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_TOKEN.finditer(text, start):
+        ch = m.group()
+        if ch == "{":
+            stack.append(m.start())
+        elif ch == "}" and stack:
+            i = stack.pop()
+            if i in opens:
+                out[i] = m.start()
+                if len(out) == len(opens):
+                    break
+    return out
+
+
 def match_brace(s: str, i: int) -> int:
     """Index of the ``}`` closing the ``{`` at ``s[i]`` (escaped braces skipped), or -1."""
-    depth = 0
-    j = i
-    n = len(s)
-    while j < n:
-        ch = s[j]
-        if ch == "\\":
-            j += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return j
-        j += 1
-    return -1
+    return matching_braces(s, (i,), i).get(i, -1)
 
 
 def _read_arg(s: str, i: int) -> tuple[str, int] | None:
