@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import models, parallel, sampling
 from coop_jax.models.logprobs import response_logprobs
 
-CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layers=2,
-                         num_heads=4, num_kv_heads=2)
+CFG = tiny_model_config(vocab_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
 B, P, N, G = 4, 8, 8, 3
 PAD = 0
 PROMPT_LENGTHS = (8, 5, 3, 1)
