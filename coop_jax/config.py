@@ -34,6 +34,7 @@ def model_section(**overrides) -> ml_collections.ConfigDict:
         intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=0,
         rope_theta=10000.0, rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True,
         max_position_embeddings=512, param_dtype="float32", dtype="float32", remat=False,
+        scan_layers=False,  # nn.scan over the layers: one compiled block (stacked params)
         keep_layers=0,  # with hf_path: keep only the first k decoder layers (0 = all)
     ))
     section.update(overrides)
@@ -282,4 +283,4 @@ def model_config(section: ml_collections.ConfigDict, vocab_size: int | None = No
         tie_embeddings=section.tie_embeddings and num_labels == 0,
         max_position_embeddings=section.max_position_embeddings, num_labels=num_labels,
         family=section.family, param_dtype=section.param_dtype, dtype=section.dtype,
-        remat=section.remat)
+        remat=section.remat, scan_layers=section.get("scan_layers", False))

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -162,6 +163,21 @@ def test_reward_model_from_causal_lm_keeps_first_layers(llama_dir, tmp_path):
     with torch.no_grad():
         ref = clf(input_ids=torch.tensor(tokens)).logits.numpy()[:, 0]
     assert np.max(np.abs(ours - ref)) <= 1e-4
+
+
+def test_scan_layers_load_and_export(qwen_dir, tmp_path):
+    """scan_layers=True stacks the checkpoint's layers (same logits) and `save` unstacks them."""
+    from coop_jax import models
+    lm, scan = hf.load(qwen_dir), hf.load(qwen_dir, scan_layers=True, remat=True)
+    assert scan.config.scan_layers and scan.config.remat and "layers" in scan.params
+    tokens = _tokens()
+    np.testing.assert_allclose(np.asarray(scan.logits(tokens)), np.asarray(lm.logits(tokens)),
+                               atol=1e-5)
+    hf.save(scan, str(tmp_path))
+    again = hf.load(str(tmp_path))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, again.params, lm.params)
+    with pytest.raises(ValueError, match="scan_layers"):
+        hf.convert.params_to_hf(models.stack_layers(lm.params, lm.config.num_layers))
 
 
 def test_load_head_and_layer_errors(qwen_dir, rm_dir):

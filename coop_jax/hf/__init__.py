@@ -104,7 +104,7 @@ def _read_tensors(path: str, num_layers: int) -> dict[str, np.ndarray]:
 
 def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None, mesh=None,
          num_labels: int | None = None, keep_layers: int | None = None,
-         head_seed: int = 0) -> HFModel:
+         head_seed: int = 0, remat: bool = False, scan_layers: bool = False) -> HFModel:
     """Load a Qwen2 / Llama model (causal LM or sequence classification).
 
     `path` is a local HF folder, a `.gguf` file or a Hub id (see `coop_jax.hf.sources`).
@@ -113,7 +113,9 @@ def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None,
     [hidden, 1] is drawn from N(0, initializer_range^2) (transformers' initialisation of a new
     `score`, std 0.02 when the config has none) with `jax.random.key(head_seed)`.
     `keep_layers=k` keeps only the first k decoder layers (the final norm and heads stay).
-    With a `mesh`, parameters are placed directly with their named shardings.
+    With a `mesh`, parameters are placed directly with their named shardings. `remat` and
+    `scan_layers` set those `ModelConfig` fields (`scan_layers` stacks the layers' tensors into
+    the scanned layout; `save` unstacks them again).
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -145,6 +147,9 @@ def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None,
             std * jax.random.normal(jax.random.key(head_seed), head.shape, jnp.float32)).T
     params = params_from_hf(tensors, abstract, cfg.jnp_param_dtype)
     del tensors
+    cfg = cfg.replace(remat=remat, scan_layers=scan_layers)
+    if scan_layers:
+        params = models.stack_layers(params, cfg.num_layers)
     if mesh is not None:
         from coop_jax.parallel import shard_params
         params = shard_params(params, cfg, mesh)
@@ -168,7 +173,8 @@ def save(lm: HFModel, out_dir: str) -> None:
     from safetensors.numpy import save_file
     os.makedirs(out_dir, exist_ok=True)
     hf_config = hf_config_from_model_config(lm.config, lm.hf_config, lm.pad_token_id)
-    tensors = params_to_hf(lm.params)
+    tensors = params_to_hf(models.unstack_layers(lm.params) if lm.config.scan_layers
+                           else lm.params)
     if lm.config.param_dtype == "bfloat16":  # numpy has no bf16: store via the flax writer
         from safetensors.flax import save_file as save_jax
         save_jax({k: jnp.asarray(v) for k, v in tensors.items()},

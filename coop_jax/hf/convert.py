@@ -92,6 +92,9 @@ def hf_name(path: tuple[str, ...]) -> tuple[str, bool]:
         return f"{path[0]}.weight", True
     if path[0] == "norm":
         return "model.norm.weight", False
+    if path[0] == "layers":
+        raise ValueError("stacked (model.scan_layers=True) parameters have no per-layer HF names; "
+                         "convert them with coop_jax.models.unstack_layers first")
     layer = path[0].removeprefix("layers_")
     name = "model.layers." + ".".join((layer,) + path[1:-1])
     if leaf == "kernel":

@@ -12,12 +12,15 @@ from coop_jax.models.forward import (
     param_count,
     positions_from_mask,
     reward_scores,
+    stack_layers,
     unembed_matrix,
+    unstack_layers,
 )
 from coop_jax.models.transformer import KVCache, Transformer
 
 __all__ = [
     "KVCache", "ModelConfig", "Transformer", "abstract_params", "forward_with_cache",
     "hidden_states", "init_boxed", "init_cache", "init_params", "last_token_index", "lm_logits",
-    "param_count", "positions_from_mask", "reward_scores", "unembed_matrix",
+    "param_count", "positions_from_mask", "reward_scores", "stack_layers", "unembed_matrix",
+    "unstack_layers",
 ]

@@ -39,6 +39,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
+    # one nn.scan over the layers (params["layers"], stacked on a leading axis) instead of
+    # params["layers_{i}"]: the same maths, one compiled block; see `models.stack_layers`
+    scan_layers: bool = False
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from coop_jax.models.config import ModelConfig
 from coop_jax.models.transformer import KVCache, Transformer
@@ -83,9 +84,40 @@ def reward_scores(params: Params, cfg: ModelConfig, tokens: Array, attention_mas
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
+    """Zero KV cache: one (k, v) pair per layer, or with `cfg.scan_layers` one stacked pair
+    [L, B, S, KV, head_dim]. Either way the batch axis is axis -4 of every leaf."""
     shape = (batch, length, cfg.num_kv_heads, cfg.dim_per_head)
     dtype = dtype or cfg.jnp_dtype
+    if cfg.scan_layers:
+        shape = (cfg.num_layers,) + shape
+        return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
     return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers))
+
+
+def stack_layers(params: Params, num_layers: int) -> Params:
+    """Unrolled parameters (`layers_0` ... `layers_{L-1}`) -> the `scan_layers` layout (one
+    `layers` subtree, every leaf stacked on a new leading axis). numpy leaves stay numpy."""
+    missing = [i for i in range(num_layers) if f"layers_{i}" not in params]
+    if missing or "layers" in params:
+        raise ValueError(f"stack_layers needs unrolled params layers_0..layers_{num_layers - 1}; "
+                         f"missing {missing}" + (" (already stacked)" if "layers" in params else ""))
+    out = {k: v for k, v in params.items() if not k.startswith("layers_")}
+    layers = [params[f"layers_{i}"] for i in range(num_layers)]
+    stack = lambda *xs: (np.stack(xs) if all(isinstance(x, np.ndarray) for x in xs)
+                         else jnp.stack(xs))
+    out["layers"] = jax.tree_util.tree_map(stack, *layers)
+    return out
+
+
+def unstack_layers(params: Params) -> Params:
+    """The `scan_layers` layout -> unrolled `layers_{i}` subtrees (inverse of `stack_layers`)."""
+    if "layers" not in params:
+        raise ValueError("unstack_layers needs stacked params (a 'layers' subtree)")
+    out = {k: v for k, v in params.items() if k != "layers"}
+    num_layers = jax.tree_util.tree_leaves(params["layers"])[0].shape[0]
+    for i in range(num_layers):
+        out[f"layers_{i}"] = jax.tree_util.tree_map(lambda x: x[i], params["layers"])
+    return out
 
 
 def forward_with_cache(params: Params, cfg: ModelConfig, tokens: Array, positions: Array,

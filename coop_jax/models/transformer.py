@@ -18,7 +18,8 @@ from coop_jax.models.config import ModelConfig
 
 Array = jax.Array
 LayerCache = tuple[Array, Array]  # k, v: [B, S, KV, head_dim]
-KVCache = tuple[LayerCache, ...]
+# one LayerCache per layer; with `scan_layers`, one pair stacked over layers [L, B, S, KV, hd]
+KVCache = tuple[LayerCache, ...] | LayerCache
 
 _init = nn.initializers.normal(stddev=0.02)
 
@@ -150,6 +151,17 @@ class Block(nn.Module):
         return x, new_cache
 
 
+def _scanned_layers(cfg: ModelConfig, block, with_cache: bool):
+    """`cfg.num_layers` blocks as one `nn.scan` over stacked parameters (params["layers"][...],
+    leading logical axis "layers"): XLA compiles the block once instead of once per layer. The
+    KV cache, when given, is one stacked (k, v) pair [L, B, S, KV, head_dim] scanned alongside."""
+    return nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                   length=cfg.num_layers,
+                   in_axes=(nn.broadcast, nn.broadcast, 0 if with_cache else nn.broadcast,
+                            nn.broadcast),
+                   metadata_params={nn.PARTITION_NAME: "layers"})(cfg, name="layers")
+
+
 class _Matrix(nn.Module):
     """A bare weight matrix, returned rather than applied (the unembedding and the RM head)."""
     shape: tuple[int, int]
@@ -177,12 +189,18 @@ class Transformer(nn.Module):
                          param_dtype=cfg.jnp_param_dtype,
                          embedding_init=_logical(_init, ("vocab", "embed")), name="embed_tokens")
         x = embed(tokens)
-        block = nn.remat(Block) if cfg.remat else Block
-        new_cache = []
-        for i in range(cfg.num_layers):
-            x, layer_cache = block(cfg, name=f"layers_{i}")(
-                x, positions, kv_mask, None if cache is None else cache[i], cache_index)
-            new_cache.append(layer_cache)
+        # inside a scan, CSE cannot merge the recomputation across iterations (flax's advice)
+        block = nn.remat(Block, prevent_cse=not cfg.scan_layers) if cfg.remat else Block
+        if cfg.scan_layers:
+            x, new_cache = _scanned_layers(cfg, block, cache is not None)(
+                x, positions, kv_mask, cache, cache_index)
+        else:
+            new_cache = []
+            for i in range(cfg.num_layers):
+                x, layer_cache = block(cfg, name=f"layers_{i}")(
+                    x, positions, kv_mask, None if cache is None else cache[i], cache_index)
+                new_cache.append(layer_cache)
+            new_cache = None if cache is None else tuple(new_cache)
         x = RMSNorm(cfg.rms_norm_eps, cfg.jnp_dtype, cfg.jnp_param_dtype, name="norm")(x)
         if cfg.is_reward_model:
             _Matrix((cfg.hidden_size, cfg.num_labels), ("embed", "labels"),
@@ -190,4 +208,4 @@ class Transformer(nn.Module):
         elif not cfg.tie_embeddings:
             _Matrix((cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
                     cfg.jnp_param_dtype, name="lm_head")()
-        return x, (None if cache is None else tuple(new_cache))
+        return x, new_cache

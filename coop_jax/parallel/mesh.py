@@ -27,6 +27,7 @@ LOGICAL_RULES: tuple[tuple[str, object], ...] = (
     ("kv_heads", "tensor"),
     ("mlp", "tensor"),
     ("labels", None),
+    ("layers", None),  # the stacked layer axis of `model.scan_layers`
     ("norm", None),
     ("seq", None),
     ("act_embed", None),
