@@ -32,11 +32,12 @@ import tqdm
 from coop_jax import checkpoint, cooper, data, parallel, rewards, rl, sampling, sft
 from coop_jax import config as config_lib
 from coop_jax.build import load_model
-from coop_jax.eval.evaluate import evaluate_policy, evaluate_reward_model
+from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.rm_input import format_rm_input, read_triples, tokenize_rm_inputs
+from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.train_step import (StepConfig, init_state, jit_step, make_optimizer, place_state,
                                  state_shardings)
 from coop_jax.verify import RuleVerifier

@@ -46,12 +46,14 @@ from coop_jax import config as config_lib
 from coop_jax.build import load_model
 from coop_jax.cooper import chat_completions_url
 from coop_jax.console import parse_flags, run_console
-from coop_jax.eval.evaluate import evaluate_reward_model, generate_completions, verify_grouped
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import (TRIPLE_KEYS, check_triples, format_rm_input,  # noqa: F401
                                read_triples, tokenize_rm_inputs, write_triples)
+from coop_jax.rm_scoring import evaluate_reward_model
+from coop_jax.sampling import generate_completions
 from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
 from coop_jax.verify import RuleVerifier
+from coop_jax.verify.grouped import verify_grouped
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "eval", "default_config.py")
 MODES = config_lib.RM_TRAIN_MODES

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_model_config
-from coop_jax import models
+from coop_jax import models, rm_scoring, sampling
 from coop_jax.data import format_prompt, load_split
 from coop_jax.eval import evaluate as ev
 from coop_jax.models.tokenizer import load_tokenizer
@@ -119,7 +119,7 @@ def test_seeds_and_greedy_only(tiny, verifier, synthetic_records, synthetic_eval
 def test_generate_completions_pads_the_last_batch(tiny, synthetic_records, synthetic_eval):
     cfg, params, tok = tiny
     prompts = [format_prompt("synthetic", r["question"]) for r in synthetic_records]
-    texts, lengths = ev.generate_completions(params, cfg, tok, prompts + prompts[:1],
+    texts, lengths = sampling.generate_completions(params, cfg, tok, prompts + prompts[:1],
                                              temperature=0.0, **SHAPES)
     assert len(texts) == len(lengths) == 5 and all(len(t) == 1 for t in texts)
     greedy = [r["completion"] for r in synthetic_eval[1] if r["mode"] == "greedy"]
@@ -170,9 +170,9 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
     triples = [{"question": "1+1", "reference": "2", "completion": f"#### {c}", "label": y}
                for c, y in [(2, True), (3, False), (2, 1), (5, 0), (2, True), (7, False)]]
     scores = np.array([2.0, -1.0, 0.5, 0.7, -0.2, -3.0])
-    monkeypatch.setattr(ev, "score_triples", lambda *a, **k: scores)
+    monkeypatch.setattr(rm_scoring, "score_triples", lambda *a, **k: scores)
     rm_cfg = tiny_model_config(num_labels=1)
-    report, rows = ev.evaluate_reward_model(None, rm_cfg, None, triples, max_len=64)
+    report, rows = rm_scoring.evaluate_reward_model(None, rm_cfg, None, triples, max_len=64)
     # predictions: T F T T F F vs labels T F T F T F -> 4/6 right
     assert report["accuracy"]["mean"] == pytest.approx(4 / 6)
     # positives 2.0, 0.5, -0.2 vs negatives -1.0, 0.7, -3.0: 7 of 9 pairs ordered right
@@ -182,4 +182,4 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
     assert report["num_positive"] == report["num_negative"] == 3
     assert [r["predicted"] for r in rows] == [True, False, True, True, False, False]
     with pytest.raises(ValueError, match=r"triples\[0\]\['label'\]"):
-        ev.evaluate_reward_model(None, rm_cfg, None, [dict(triples[0], label="yes")], max_len=8)
+        rm_scoring.evaluate_reward_model(None, rm_cfg, None, [dict(triples[0], label="yes")], max_len=8)

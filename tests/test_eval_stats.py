@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from coop_jax.eval.stats import average_ranks, bootstrap_ci, mean_ci, pass_at_k, roc_auc
+from coop_jax.stats import average_ranks, bootstrap_ci, mean_ci, pass_at_k, roc_auc
 
 
 @pytest.mark.parametrize("n,c,k,expected", [

@@ -1,7 +1,8 @@
 """The package's import graph: no cycles, and dependencies that point one way.
 
 Layers, lowest first: models / kernels / parallel / hf  <-  sampling  <-  rl, verify, data
-<-  training (train*, cooper, rewards, config, sft, export) and evaluation (eval)  <-  experiments.
+<-  rm_input, rm_scoring, stats (shared by both sides)  <-  training (train*, cooper, rewards,
+config, sft, export) and evaluation (eval)  <-  experiments.
 Every import counts, also those inside functions.
 """
 import ast
@@ -98,6 +99,18 @@ def test_data_library_stays_below_training_and_evaluation():
     upper = TRAINING | {"eval", "experiments"}
     bad = [(m, d) for m in DATA_LIBRARY for d in GRAPH[m] if _component(d) in upper]
     assert not bad, bad
+
+
+# Training never imports evaluation: generation, RM scoring and statistics live in sampling,
+# rm_scoring and stats. coop_jax.train is the one module left (its periodic policy evaluation and
+# training curves: evaluate_policy, plot_curves).
+EVAL_IMPORTERS_LEFT = {"coop_jax.train"}
+
+
+def test_only_evaluation_and_experiments_import_evaluation():
+    users = {m for m, deps in GRAPH.items() if _component(m) not in ("eval", "experiments")
+             for d in deps if _component(d) == "eval"}
+    assert users <= EVAL_IMPORTERS_LEFT, f"modules importing coop_jax.eval: {sorted(users)}"
 
 
 def test_nothing_imports_the_eval_cli():

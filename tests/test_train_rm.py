@@ -181,9 +181,9 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     from coop_jax import hf
     from coop_jax.checkpoint import load_model
     from coop_jax.eval import cli
-    from coop_jax.eval.evaluate import score_triples
     from coop_jax.models.tokenizer import load_tokenizer
     from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+    from coop_jax.rm_scoring import score_triples
 
     tmp, summary, held = trained
     cfg, params, meta = load_model(str(tmp / "work"), "rm")

@@ -4,7 +4,7 @@ A record is a plain dict ``{"id", "question", "reference", "solution", "rephrase
 may be None). TFDS builders live in ``coop_jax.data.tfds_builders``, imported on demand only, so
 importing this package never imports TensorFlow.
 """
-from coop_jax.data.pipeline import PromptPipeline, fixed_batches, to_global_array, tokenize_prompts
+from coop_jax.data.pipeline import PromptPipeline, to_global_array
 from coop_jax.data.sources import (
     DATASETS,
     SkipStats,
@@ -15,6 +15,7 @@ from coop_jax.data.sources import (
 )
 from coop_jax.data.synthetic import SyntheticConfig, make_dataset, make_problem, make_rephrase
 from coop_jax.data.templates import DEFAULT_TEMPLATES, PROMPT_TEMPLATES, format_prompt
+from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
 
 __all__ = [
     "DATASETS",

@@ -28,9 +28,10 @@ from coop_jax.config import base_config
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            load_split)
-from coop_jax.eval.evaluate import evaluate_policy, evaluate_reward_model
+from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import read_triples
+from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "default_config.py")

@@ -21,7 +21,7 @@ import numpy as np
 from absl import flags
 from absl.app import UsageError
 
-from coop_jax.eval.stats import interval_to_json, mean_ci
+from coop_jax.stats import interval_to_json, mean_ci
 from coop_jax.jsonl import read_json, read_jsonl
 
 logger = logging.getLogger(__name__)

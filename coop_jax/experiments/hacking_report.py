@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from coop_jax.eval import report as report_lib
-from coop_jax.eval.stats import interval_to_json, mean_ci
+from coop_jax.stats import interval_to_json, mean_ci
 
 CURVES = (
     ("eval/greedy_accuracy", "held-out greedy accuracy"),

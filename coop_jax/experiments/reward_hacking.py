@@ -27,10 +27,11 @@ import time
 import jax
 import numpy as np
 
-from coop_jax import hf, parallel, sft, train, train_rm
+from coop_jax import checkpoint, hf, parallel, sft, train, train_rm
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
 log = logging.getLogger("coop_jax")
@@ -117,9 +118,6 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
 
 def heldout_by_kind(rm_dir: str, heldout: list[dict], max_len: int) -> dict:
     """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...)."""
-    from coop_jax import checkpoint
-    from coop_jax.eval.evaluate import evaluate_reward_model
-
     cfg, params, meta = checkpoint.load_model(rm_dir, "rm")
     tokenizer = load_tokenizer(meta.get("rm_tokenizer") or None)
     _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, max_len=max_len)

@@ -1,6 +1,8 @@
-"""Small statistics for evaluation reports (numpy; scipy only for the t quantile).
+"""Small statistics for evaluation reports and held-out RM accuracy (numpy; scipy only for the t
+quantile).
 
-* ``bootstrap_ci``: percentile bootstrap over problems (the unit that was sampled).
+* ``bootstrap_ci``: percentile bootstrap over problems (the unit that was sampled);
+  ``BOOTSTRAP`` is the reports' setting and ``ci`` the bootstrap interval as JSON.
 * ``mean_ci``: Student-t interval, for aggregating a handful of seeds.
 * ``pass_at_k``: the unbiased pass@k estimator of Chen et al. (2021).
 * ``roc_auc``: rank-based (Mann-Whitney) AUC with tied scores given their average rank.
@@ -13,6 +15,8 @@ from typing import Callable
 import numpy as np
 
 Interval = dict[str, float]
+
+BOOTSTRAP = {"resamples": 1000, "seed": 0, "alpha": 0.05}
 
 
 def _check_alpha(alpha: float) -> None:
@@ -132,3 +136,8 @@ def interval_to_json(interval: dict) -> dict:
     """NaN -> None so the dict is valid JSON."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in interval.items()}
+
+
+def ci(values, statistic: Callable[[np.ndarray], float] | None = None) -> dict:
+    """``bootstrap_ci`` with the reports' ``BOOTSTRAP`` setting, as JSON (NaN -> None)."""
+    return interval_to_json(bootstrap_ci(values, statistic=statistic, **BOOTSTRAP))

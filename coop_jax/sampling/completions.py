@@ -1,0 +1,66 @@
+"""Text in, text out: completions of text prompts in fixed-shape batches (evaluation, RM triples)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from coop_jax import models
+from coop_jax.models.tokenizer import stop_token_ids
+from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
+from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
+
+
+def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,
+                   max_prompt_len: int, max_new_tokens: int, temperature: float, top_p: float,
+                   top_k: int, num_samples: int, batch_size: int, seed: int, kernel_impl: str
+                   ) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
+    """(texts [P][G], token lengths [P][G], truncated [P][G]); see `generate_completions`."""
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of strings, not one string")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not prompts:
+        return [], [], []
+    if model_cfg.is_reward_model:
+        raise ValueError("generation needs a causal LM config (num_labels == 0), got a reward model")
+    scfg = SamplingConfig(
+        max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
+        pad_id=int(tokenizer.pad_token_id), temperature=float(temperature), top_k=int(top_k),
+        top_p=float(top_p), num_samples=int(num_samples),
+        valid_vocab=min(len(tokenizer), model_cfg.vocab_size), kernel_impl=kernel_impl)
+    fn = make(model_cfg, scfg)
+    ids, mask = tokenize_prompts(tokenizer, list(prompts), max_prompt_len)
+    bs = min(batch_size, len(prompts))  # a fixed shape for every batch: one compilation
+    key = jax.random.key(seed)
+    texts, lengths, truncated = [], [], []
+    g = scfg.num_samples
+    for b, (idx, real) in enumerate(fixed_batches(np.arange(len(prompts)), bs)):
+        out = fn(params, ids[idx], mask[idx], jax.random.fold_in(key, b))
+        decoded = decode_texts(tokenizer, out)
+        lens, trunc = np.asarray(out.lengths), np.asarray(out.truncated)
+        for j in range(real):
+            rows = slice(j * g, (j + 1) * g)
+            texts.append(decoded[rows])
+            lengths.append([int(x) for x in lens[rows]])
+            truncated.append([bool(x) for x in trunc[rows]])
+    return texts, lengths, truncated
+
+
+def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, prompts: list[str], *,
+                         max_prompt_len: int, max_new_tokens: int, temperature: float,
+                         top_p: float = 1.0, top_k: int = 0, num_samples: int = 1,
+                         batch_size: int = 64, seed: int = 0, kernel_impl: str = "auto",
+                         ) -> tuple[list[list[str]], list[list[int]]]:
+    """``num_samples`` completions per prompt and their token lengths (stop token included).
+
+    ``temperature=0`` is greedy. Prompts are left-padded to ``max_prompt_len`` (longer ones keep
+    their last tokens); every batch has ``min(batch_size, len(prompts))`` prompts, so the sampler
+    compiles once per configuration.
+    """
+    texts, lengths, _ = generate_texts(
+        params, model_cfg, tokenizer, prompts, max_prompt_len=max_prompt_len,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+        num_samples=num_samples, batch_size=batch_size, seed=seed, kernel_impl=kernel_impl)
+    return texts, lengths
