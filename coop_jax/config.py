@@ -67,6 +67,7 @@ def base_config() -> ml_collections.ConfigDict:
         advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
         clip_ratio_c=0.0, ratio_level="token", kl_coef=0.001, kl_estimator="low_var_kl",
         kl_in_reward=False, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
+        micro_batches=1,  # gradient accumulation within each mini-batch (lax.scan): same update
         dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
         overlong_factor=1.0))
 
@@ -189,6 +190,12 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if rows % c.rl.num_minibatches:
         raise ValueError(f"config.rl.num_minibatches ({c.rl.num_minibatches}) must divide "
                          f"prompts_per_step * group_size ({rows})")
+    micro, views = c.rl.get("micro_batches", 1), rewards.REWARD_SOURCES[c.reward.type].num_views
+    _positive(micro, "rl.micro_batches")
+    if (rows // c.rl.num_minibatches) % (micro * views):
+        raise ValueError(f"config.rl.micro_batches ({micro}) x views ({views}) must "
+                         f"divide the {rows // c.rl.num_minibatches} rows of each PPO mini-batch "
+                         "(prompts_per_step * group_size / rl.num_minibatches)")
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")

@@ -60,6 +60,9 @@ class StepConfig:
     valid_vocab: int | None = None
     num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
     kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
+    # each mini-batch's gradient accumulated over this many micro-batches (lax.scan): the same
+    # update, one micro-batch's activations live at a time
+    micro_batches: int = 1
 
     def __post_init__(self):
         if self.reward_source not in DEVICE_REWARDS:
@@ -103,11 +106,36 @@ def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: 
     return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
 
 
+def apply_gradients(model: ModelState, tx, grads) -> ModelState:
+    updates, opt_state = tx.update(grads, model.opt_state, model.params)
+    return ModelState(optax.apply_updates(model.params, updates), opt_state)
+
+
 def gradient_step(loss_fn, model: ModelState, tx, *args) -> tuple[ModelState, Any, Any]:
     """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`: (new state, aux, grads)."""
     (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(model.params, *args)
-    updates, opt_state = tx.update(grads, model.opt_state, model.params)
-    return ModelState(optax.apply_updates(model.params, updates), opt_state), aux, grads
+    return apply_gradients(model, tx, grads), aux, grads
+
+
+def split_micro_batches(tree, micro_batches: int):
+    """Rows [R, ...] -> [micro_batches, R / micro_batches, ...]; micro-batch k takes rows k,
+    k + M, k + 2M, ...: each stays spread over the shards of a row-sharded batch."""
+    return jax.tree_util.tree_map(
+        lambda x: jnp.swapaxes(x.reshape((-1, micro_batches) + x.shape[1:]), 0, 1), tree)
+
+
+def accumulate_gradients(loss_fn, params, micro) -> tuple[tuple[Any, Any], Any]:
+    """((loss, aux), grads) of `loss_fn(params, micro_batch) -> (loss, aux)`, each summed over
+    the leading axis of `micro` by `lax.scan`: one micro-batch's activations live at a time."""
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    first = jax.tree_util.tree_map(lambda x: x[0], micro)
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                   jax.eval_shape(grad_fn, params, first))
+
+    def body(total, micro_batch):
+        return jax.tree_util.tree_map(jnp.add, total, grad_fn(params, micro_batch)), None
+
+    return jax.lax.scan(body, zeros, micro)[0]
 
 
 def rm_rewards(rm_params, cfg: StepConfig, tokens: Array, mask: Array) -> tuple[Array, Array]:
@@ -178,6 +206,10 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
                    old_logp: Array, ref_logp: Array | None) -> tuple[ModelState, dict]:
     rows = advantages.shape[0]
     m = cfg.num_minibatches
+    if (rows // m) % (cfg.micro_batches * cfg.num_views):
+        raise ValueError(f"rl.micro_batches ({cfg.micro_batches}) x views ({cfg.num_views}) must "
+                         f"divide the {rows // m} rows of each PPO mini-batch ({rows} rows / "
+                         f"rl.num_minibatches {m})")
     split = lambda x: x.reshape((m, rows // m) + x.shape[1:])
     mb = {k: split(batch[k]) for k in ("prompt_tokens", "prompt_mask", "tokens", "mask")}
     mb["loss_weight"] = split(batch["loss_weight"])
@@ -185,19 +217,41 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
     if ref_logp is not None:
         mb["ref"] = split(ref_logp)
 
-    def loss_fn(params, minibatch):
-        logp, entropy = _logprobs(params, cfg, minibatch)
-        weights = minibatch["mask"] * minibatch["loss_weight"][:, None]
-        views = lambda x: None if x is None else x.reshape((cfg.num_views, -1) + x.shape[1:])
-        losses, metrics = jax.vmap(
+    views = lambda x: None if x is None else x.reshape((cfg.num_views, -1) + x.shape[1:])
+    view_weights = lambda rows: views(rows["mask"] * rows["loss_weight"][:, None])
+
+    def view_losses(params, rows):
+        """Per-view policy losses [V] and metrics of `rows` (a mini- or micro-batch)."""
+        logp, entropy = _logprobs(params, cfg, rows)
+        return jax.vmap(
             lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,
                                                              ref_logp=ref, entropy=ent))(
-            views(logp), views(minibatch["old"]), views(minibatch["adv"]), views(weights),
-            views(minibatch.get("ref")), views(entropy))
+            views(logp), views(rows["old"]), views(rows["adv"]), view_weights(rows),
+            views(rows.get("ref")), views(entropy))
+
+    def loss_fn(params, minibatch):
+        losses, metrics = view_losses(params, minibatch)
         return losses.sum(), jax.tree_util.tree_map(jnp.mean, metrics)
 
+    def micro_loss_fn(params, micro, whole):
+        """A micro-batch's share of the mini-batch's loss and metrics: its values re-weighted
+        by normaliser(micro) / normaliser(mini-batch) (`whole`), so that they sum to the
+        mini-batch's (the token-mean denominator stays the mini-batch's token count)."""
+        losses, metrics = view_losses(params, micro)
+        share = jax.vmap(lambda w, n: rl.part_weights(rl.loss_normalisers(cfg.loss, w), n))(
+            view_weights(micro), whole)
+        metrics = jax.vmap(rl.weigh_metrics)(metrics, share)
+        return (losses * share["agg"]).sum(), jax.tree_util.tree_map(jnp.mean, metrics)
+
     def minibatch_step(model: ModelState, minibatch):
-        model, metrics, grads = gradient_step(loss_fn, model, tx, minibatch)
+        if cfg.micro_batches == 1:
+            model, metrics, grads = gradient_step(loss_fn, model, tx, minibatch)
+        else:
+            whole = jax.vmap(lambda w: rl.loss_normalisers(cfg.loss, w))(view_weights(minibatch))
+            (_, metrics), grads = accumulate_gradients(
+                lambda p, micro: micro_loss_fn(p, micro, whole), model.params,
+                split_micro_batches(minibatch, cfg.micro_batches))
+            model = apply_gradients(model, tx, grads)
         metrics["grad_norm"] = optax.global_norm(grads)
         return model, metrics
 

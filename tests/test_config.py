@@ -17,6 +17,19 @@ def test_corewarding_1_with_dynamic_sampling_is_rejected():
     config_lib.validate(c)
 
 
+def test_micro_batches_must_divide_each_mini_batch():
+    c = config_lib.base_config()  # 16 prompts x 8 rollouts = 128 rows
+    assert c.rl.micro_batches == 1
+    c.rl.update(num_minibatches=4, micro_batches=8)
+    config_lib.validate(c)
+    c.rl.micro_batches = 3
+    with pytest.raises(ValueError, match=r"rl\.micro_batches \(3\)"):
+        config_lib.validate(c)
+    c.rl.micro_batches = 0
+    with pytest.raises(ValueError, match=r"rl\.micro_batches must be > 0"):
+        config_lib.validate(c)
+
+
 def test_eval_headline_defaults_to_the_papers_avg_at_8_and_is_validated():
     c = config_lib.base_config()
     assert (c.eval.headline, c.eval.k, c.eval.temperature, c.eval.top_p) == (

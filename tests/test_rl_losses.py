@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coop_jax.rl import AGGREGATIONS, LossConfig, aggregate, policy_loss
+from coop_jax.rl import (AGGREGATIONS, LossConfig, aggregate, loss_normalisers, part_weights,
+                         policy_loss, weigh_metrics)
 
 NO_KL = dict(kl_coef=0.0)
 
@@ -33,6 +34,33 @@ def test_aggregation_hand_example(name, max_len, expected):
 @pytest.mark.parametrize("name", sorted(AGGREGATIONS))
 def test_aggregation_all_masked_is_zero(name):
     assert float(aggregate(name, VALUES, jnp.zeros((3, 3)))) == 0.0
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+def test_row_parts_reweighted_by_normalisers_sum_to_the_whole(name):
+    """What gradient accumulation relies on: policy_loss over a split of the rows, each part
+    times normaliser(part) / normaliser(whole), adds up to the whole batch's loss and metrics."""
+    rng = np.random.default_rng(0)
+    logp = jnp.asarray(rng.normal(-1.0, 0.5, (6, 5)), jnp.float32)
+    old = logp + jnp.asarray(rng.normal(0.0, 0.3, (6, 5)), jnp.float32)
+    adv = jnp.asarray(rng.normal(size=6), jnp.float32)
+    weights = jnp.asarray(rng.random((6, 5)) * (rng.random((6, 5)) > 0.3), jnp.float32)
+    weights = weights.at[1].set(0.0)  # a row without tokens
+    cfg = LossConfig(aggregation=name, kl_coef=0.1, entropy_coef=0.01, agg_max_len=7)
+    ent = jnp.abs(logp)
+    run = lambda rows: policy_loss(logp[rows], old[rows], adv[rows], weights[rows], cfg,
+                                   ref_logp=old[rows], entropy=ent[rows])
+    loss, metrics = run(np.arange(6))
+    whole = loss_normalisers(cfg, weights)
+    total_loss, total = 0.0, {k: 0.0 for k in metrics}
+    for rows in (np.array([0, 2, 4]), np.array([1, 3]), np.array([5])):
+        share = part_weights(loss_normalisers(cfg, weights[rows]), whole)
+        part_loss, part = run(rows)
+        total_loss += part_loss * share["agg"]
+        total = {k: total[k] + v for k, v in weigh_metrics(part, share).items()}
+    np.testing.assert_allclose(total_loss, loss, rtol=1e-5)
+    for k in metrics:
+        np.testing.assert_allclose(total[k], metrics[k], rtol=1e-5, atol=1e-7, err_msg=k)
 
 
 def test_aggregation_errors():

@@ -1,4 +1,6 @@
 """The compiled update: sharded == unsharded, Cooper's joint step == the two updates separately."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -191,3 +193,28 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     _, stale = step(state, dict(batch, behaviour_logprobs=own - 0.5))
     assert float(stale["ratio_mean"]) == pytest.approx(np.exp(0.5), rel=1e-4)
     assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
+
+
+@pytest.mark.parametrize("aggregation,ratio_level,views", [
+    ("token_mean", "token", 1), ("seq_mean_token_mean", "sequence", 2),
+    ("seq_mean_token_sum_norm", "token", 1)])
+def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
+    """rl.micro_batches=2 accumulates the mini-batch's gradient in halves with the mini-batch's
+    own normalisers (global token count, sequence count or B * max_len): same update, metrics."""
+    loss = rl.LossConfig(kl_coef=0.05, entropy_coef=0.01, clip_eps_high=0.28,
+                         aggregation=aggregation, ratio_level=ratio_level)
+    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, ppo_epochs=2, kernel_impl="xla",
+                     num_minibatches=2 if views == 1 else 1, num_views=views)
+    batch = _batch(7)
+    batch["loss_weight"] = np.tile(np.float32([1.0, 0.5, 0.0, 1.0]), G)  # uneven token weights
+    batch["mask"][4:8, 1:] = False  # micro-batches with very different token counts
+    ref, ref_metrics = jit_step(cfg, TX, donate=False)(_state(False), batch)
+    micro = dataclasses.replace(cfg, micro_batches=2)
+    got, metrics = jit_step(micro, TX, donate=False)(_state(False), batch)
+    _close(got.policy.params, ref.policy.params)
+    for name in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "ratio_mean", "grad_norm"):
+        assert float(metrics[name]) == pytest.approx(float(ref_metrics[name]), rel=1e-4,
+                                                     abs=1e-6), name
+    with pytest.raises(ValueError, match="rl.micro_batches"):
+        jit_step(dataclasses.replace(cfg, micro_batches=3), TX, donate=False)(_state(False),
+                                                                               batch)

@@ -6,7 +6,16 @@ RATIO_LEVELS, OVERLONG) and chosen by a config string.
 from coop_jax.rl.advantages import ADVANTAGES, compute_advantages
 from coop_jax.rl.dynamic_sampling import fill_batch, informative_groups
 from coop_jax.rl.kl import KL_ESTIMATORS, fold_kl_into_rewards, kl_penalty
-from coop_jax.rl.losses import AGGREGATIONS, RATIO_LEVELS, LossConfig, aggregate, policy_loss
+from coop_jax.rl.losses import (
+    AGGREGATIONS,
+    RATIO_LEVELS,
+    LossConfig,
+    aggregate,
+    loss_normalisers,
+    part_weights,
+    policy_loss,
+    weigh_metrics,
+)
 from coop_jax.rl.overlong import (
     OVERLONG,
     apply_overlong,
@@ -28,7 +37,10 @@ __all__ = [
     "fold_kl_into_rewards",
     "informative_groups",
     "kl_penalty",
+    "loss_normalisers",
     "overlong_loss_mask",
     "overlong_reward_penalty",
+    "part_weights",
     "policy_loss",
+    "weigh_metrics",
 ]

@@ -58,6 +58,40 @@ AGGREGATIONS: dict[str, AggFn] = {
     "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
 }
 
+# The denominator of each aggregation (it depends on the weights only). For any split of a
+# batch's rows into parts, agg(batch) = sum_k agg(part_k) * norm(part_k) / norm(batch): what
+# gradient accumulation over micro-batches needs to reproduce the whole batch's loss.
+NORMALISERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
+    "token_mean": lambda weights, max_len: jnp.sum(weights),
+    "seq_mean_token_mean": lambda weights, max_len: jnp.sum(
+        (jnp.sum(weights, axis=-1) > 0).astype(jnp.float32)),
+    "seq_mean_token_sum_norm": lambda weights, max_len: jnp.float32(weights.shape[0] * max_len),
+}
+# policy_loss metrics reduced with the loss's aggregation; its other metrics are token means
+AGGREGATED_METRICS = ("loss", "pg_loss", "kl", "entropy")
+
+
+def loss_normalisers(cfg: "LossConfig", mask: jax.Array) -> dict[str, jax.Array]:
+    """The denominators `policy_loss(..., mask, cfg)` divides by for rows `mask [B, T]`:
+    "agg" (its aggregation's, for AGGREGATED_METRICS) and "token" (the valid-token weight, for
+    the token-mean metrics)."""
+    w = jnp.asarray(mask).astype(jnp.float32)
+    max_len = w.shape[1] if cfg.agg_max_len is None else cfg.agg_max_len
+    return {"agg": NORMALISERS[cfg.aggregation](w, max_len), "token": jnp.sum(w)}
+
+
+def part_weights(part: dict[str, jax.Array], whole: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Weights of a row subset's `policy_loss` values in the whole batch's (see NORMALISERS), from
+    the `loss_normalisers` of both."""
+    return {k: _safe_div(part[k], whole[k]) for k in part}
+
+
+def weigh_metrics(metrics: dict[str, jax.Array], weights: dict[str, jax.Array]) -> dict:
+    """`policy_loss` metrics of a row subset times its `part_weights`: summed over a split of
+    the rows, they equal the whole batch's metrics."""
+    return {k: v * weights["agg" if k in AGGREGATED_METRICS else "token"]
+            for k, v in metrics.items()}
+
 
 def _check_max_len(max_len: Optional[int], field: str = "max_len") -> None:
     if max_len is not None and (
