@@ -42,7 +42,10 @@ def get_config():
         rm_questions=1600, samples_per_question=4, heldout_fraction=0.05))
     # the static RM's training (the issue's PyTorch calibration: lr 5e-5, batch 32, 300-500 steps;
     # 3 epochs of ~4,600 triples = ~430 steps, past the calibration's transition at 200-300)
-    c.rm_train.update(mode="train", epochs=3, learning_rate=5e-5, batch_size=32,
+    # No gradient clipping: with rm_train.grad_clip=1.0 (the default) the same RM stayed at the
+    # base rate for all 432 steps (held-out AUC 0.57); unclipped it passes 0.90 by step 200
+    # (docs/results/reward_hacking/rm_routes/).
+    c.rm_train.update(mode="train", epochs=3, learning_rate=5e-5, batch_size=32, grad_clip=0.0,
                       weight_decay=0.01, warmup_ratio=0.0, heldout_every=50, seed=0,
                       schedule="constant", overlong="truncate")  # as run before issue 13
     return c
