@@ -30,6 +30,7 @@ import ml_collections
 from absl.app import UsageError
 
 from coop_jax.data import sources
+from coop_jax.sampling.chat import http_chat, local_chat
 
 log = logging.getLogger("coop_jax.rephrase")
 
@@ -89,15 +90,13 @@ def judge(question: str, reply: str | None) -> tuple[str | None, str | None]:
 # ---------------------------------------------------------------------- generation backends
 def make_backend(c: ml_collections.ConfigDict) -> Callable[[list[str]], list[str | None]]:
     """questions -> one raw reply per question (None: no usable reply)."""
-    from coop_jax import cooper
-
     drop_truncated = not c.keep_truncated
     if c.url:
-        chat = cooper.http_chat(c.url, c.model or "default", c.temperature, c.timeout_s, c.top_p,
-                                drop_truncated=drop_truncated)
+        chat = http_chat(c.url, c.model or "default", c.temperature, c.timeout_s, c.top_p,
+                         drop_truncated=drop_truncated)
         return lambda qs: chat([(rephrase_messages(q), c.max_new_tokens) for q in qs])
-    chat = cooper.local_chat(c.hf_path, c.max_prompt_len, c.max_new_tokens, c.temperature,
-                             c.seed, c.top_p, drop_truncated=drop_truncated)
+    chat = local_chat(c.hf_path, c.max_prompt_len, c.max_new_tokens, c.temperature, c.seed,
+                      c.top_p, drop_truncated=drop_truncated)
 
     def generate(questions: list[str]) -> list[str | None]:
         conversations = [rephrase_messages(q) for q in questions]
