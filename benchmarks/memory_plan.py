@@ -1,8 +1,9 @@
-"""Per-device memory and FLOPs of the paper's Cooper step, compiled ahead of time for TPU slices.
+"""Per-device memory and FLOPs of a Cooper config's train step, compiled ahead of time for TPU slices.
 
 MaxText `train_compile.py` style: the policy, its AdamW state, the frozen reference and the
-co-trained RM (+ its AdamW state) of `configs/qwen2_5_1_5b_gsm8k.py` are abstract sharded
-`jax.ShapeDtypeStruct`s on a mesh of TPU device *descriptions* from
+co-trained RM (+ its AdamW state) of a config (`--config`, default
+`configs/qwen2_5_1_5b_gsm8k.py`; `configs/qwen2_5_0_5b_colab.py` for Colab's v5e-1) are abstract
+sharded `jax.ShapeDtypeStruct`s on a mesh of TPU device *descriptions* from
 `jax.experimental.topologies.get_topology_desc`; `jit(step).lower(...).compile()` runs libtpu's
 real TPU compiler on this CPU-only host and `memory_analysis()` / `cost_analysis()` are the TPU
 compiler's numbers. Nothing is allocated. (The CPU backend's memory_analysis does not predict TPU
@@ -10,19 +11,24 @@ memory: it reports the same temporaries with and without remat.)
 
 Needs a venv with jax[tpu] (libtpu), e.g. /work/tpuvenv:
 
-    /work/tpuvenv/bin/python benchmarks/memory_plan.py --out docs/results/memory_plan/runs.jsonl
+    /work/tpuvenv/bin/python benchmarks/memory_plan.py --slices v5e-8 --layers 0 --scan on \
+        --micro-batches 1 4
+    /work/tpuvenv/bin/python benchmarks/memory_plan.py --config configs/qwen2_5_0_5b_colab.py \
+        --slices v5e-1 --layers 0 --scan on
     /work/tpuvenv/bin/python benchmarks/memory_plan.py --report docs/results/memory_plan/runs.jsonl
 
 Each compile appends one JSON line (re-runs skip what the file already holds), so a long sweep
-can be stopped and resumed. Compiling 28 layers takes long on a small host: `--layers 1 2` compiles
-shallow copies of the model and the report extrapolates arguments, temporaries and compile time
-linearly in the layer count (fit over the compiled depths), saying so in every such row.
+can be stopped and resumed. `--layers 0` compiles the config's real depth; with `--scan on`
+(`model.scan_layers`) the layers are one scanned block and that compile costs about what one
+layer does. Unrolled, `--layers 1 2` compiles shallow copies and the report extrapolates
+temporaries and compile time linearly in the layer count, saying so in every such row.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import importlib.util
+import itertools
 import json
 import os
 import pathlib
@@ -30,6 +36,7 @@ import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # the host backend; the targets are TPU topologies
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may hold libtpu
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
@@ -43,14 +50,24 @@ GIB = 2 ** 30
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = ROOT / "configs" / "qwen2_5_1_5b_gsm8k.py"
 
-# Qwen2.5-1.5B(-Instruct) architecture; VerifyRM-1.5B is the same trunk with a scalar head.
-QWEN2_5_1_5B = dict(vocab_size=151_936, hidden_size=1536, intermediate_size=8960, num_layers=28,
-                    num_heads=12, num_kv_heads=2, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-                    qkv_bias=True, tie_embeddings=True, max_position_embeddings=32_768,
-                    head_dim=0, hf_path="")
+# Architectures of the Hub checkpoints the configs name (matched in their hf_path);
+# VerifyRM-1.5B is Qwen2.5-1.5B's trunk with a scalar head.
+_QWEN = dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6, qkv_bias=True, tie_embeddings=True,
+             max_position_embeddings=32_768, head_dim=0, hf_path="", vocab_size=151_936)
+ARCHS = {
+    "Qwen2.5-1.5B": dict(_QWEN, hidden_size=1536, intermediate_size=8960, num_layers=28,
+                         num_heads=12, num_kv_heads=2),
+    "VerifyRM-1.5B": dict(_QWEN, hidden_size=1536, intermediate_size=8960, num_layers=28,
+                          num_heads=12, num_kv_heads=2),
+    "Qwen2.5-0.5B": dict(_QWEN, hidden_size=896, intermediate_size=4864, num_layers=24,
+                         num_heads=14, num_kv_heads=2),
+}
+QWEN2_5_1_5B = ARCHS["Qwen2.5-1.5B"]
+VALID_VOCAB = 151_665  # the Qwen2.5 tokenizer's size
 
 # slice -> (topology name, get_topology_desc kwargs, HBM GiB per JAX device)
 SLICES = {
+    "v5e-1": ("v5e:1x1", {"chips_per_host_bounds": (1, 1, 1)}, 16),  # Colab's TPU runtime
     "v4-8": ("v4:2x2x1", {"chip_config_name": "megacore"}, 32),  # 4 chips, megacore devices
     "v5e-8": ("v5e:2x4", {}, 16),
     "v5e-16": ("v5e:4x4", {}, 16),
@@ -60,25 +77,42 @@ SLICES = {
 GPUS = {"H100": 80, "H200": 141}
 
 
+def _arch(section, field: str) -> dict:
+    """The architecture of a section's hf_path (a key of ARCHS in the path), at its depth."""
+    name = next((k for k in ARCHS if k.lower() in section.hf_path.lower()), None)
+    if name is None:
+        raise ValueError(f"config.{field}.hf_path {section.hf_path!r} names none of "
+                         f"{sorted(ARCHS)}; add its architecture to memory_plan.ARCHS")
+    arch = dict(ARCHS[name])
+    if section.get("keep_layers"):
+        arch["num_layers"] = section.keep_layers
+    return arch
+
+
 def load_config(path: pathlib.Path):
     spec = importlib.util.spec_from_file_location("plan_config", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     config = module.get_config()
-    config.model.update(QWEN2_5_1_5B)
-    config.reward_model.update(QWEN2_5_1_5B)
+    config.model.update(_arch(config.model, "model"))
+    config.reward_model.update(_arch(config.reward_model, "reward_model"))
+    config.reward_model.keep_layers = 0
     return config
 
 
-def step_setup(config, layers: int, remat: bool, kernel_impl: str, valid_vocab: int = 151_665):
-    """(StepConfig, tx, rm_tx) exactly as the trainer builds them, at `layers` layers.
-    The default `valid_vocab` is the Qwen2.5 tokenizer's size."""
+def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
+               valid_vocab: int = VALID_VOCAB, scan: bool = False, micro_batches: int = 1):
+    """(StepConfig, tx, rm_tx) exactly as the trainer builds them; `layers` (None or 0: the
+    config's depths) replaces the depth of the policy and the RM."""
     from coop_jax import train  # the trainer's own builders (heavy imports: only here)
-    policy = config_lib.model_config(config.model).replace(num_layers=layers, remat=remat)
-    rm = config_lib.model_config(config.reward_model, num_labels=1).replace(num_layers=layers,
-                                                                            remat=remat)
-    cfg = train.step_config(config, policy, rm, valid_vocab)
-    cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl)
+
+    def model(section, **kw):
+        cfg = config_lib.model_config(section, **kw).replace(remat=remat, scan_layers=scan)
+        return cfg.replace(num_layers=layers) if layers else cfg
+
+    cfg = train.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
+                            valid_vocab)
+    cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl, micro_batches=micro_batches)
     return cfg, train.policy_optimizer(config), train.rm_optimizer(config)
 
 
@@ -136,20 +170,25 @@ def per_device_bytes(tree) -> int:
                for x in jax.tree_util.tree_leaves(tree))
 
 
-def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl) -> dict:
+def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl, scan=False,
+                micro_batches=1) -> dict:
     mesh = parallel.make_mesh(mesh_shape, devices)
-    cfg, tx, rm_tx = step_setup(config, layers, remat, kernel_impl)
+    cfg, tx, rm_tx = step_setup(config, layers, remat, kernel_impl, scan=scan,
+                                micro_batches=micro_batches)
     state, batch = abstract_state(cfg, tx, rm_tx, mesh), abstract_batch(config, mesh)
     step = jit_step(cfg, tx, rm_tx, state_shardings=jax.tree_util.tree_map(
         lambda x: x.sharding, state), batch_sharding={k: v.sharding for k, v in batch.items()},
         replicated=parallel.replicated(mesh))
     t0, c0 = time.perf_counter(), time.process_time()
-    compiled = step.lower(state, batch).compile()
-    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    lowered = step.lower(state, batch)
+    t1, c1 = time.perf_counter(), time.process_time()
+    compiled = lowered.compile()
+    seconds, cpu_seconds = time.perf_counter() - t1, time.process_time() - c1
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return dict(compile_s=round(seconds, 1), compile_cpu_s=round(cpu_seconds, 1),
+    return dict(lower_s=round(t1 - t0, 1), lower_cpu_s=round(c1 - c0, 1),
+                compile_s=round(seconds, 1), compile_cpu_s=round(cpu_seconds, 1),
                 state_bytes=per_device_bytes(state),
                 batch_bytes=per_device_bytes(batch),
                 argument_bytes=int(mem.argument_size_in_bytes),
@@ -160,64 +199,75 @@ def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl) -> dict
 
 
 def full_state_bytes(config, mesh_shape, devices) -> tuple[int, int]:
-    """Exact per-device (state, batch) bytes at the config's real depth (no compile)."""
+    """Exact per-device (state, batch) bytes at the config's real depths (no compile)."""
     mesh = parallel.make_mesh(mesh_shape, devices)
-    cfg, tx, rm_tx = step_setup(config, config.model.num_layers, True, "xla")
+    cfg, tx, rm_tx = step_setup(config, None, True, "xla")
     return (per_device_bytes(abstract_state(cfg, tx, rm_tx, mesh)),
             per_device_bytes(abstract_batch(config, mesh)))
 
 
-def state_table(config) -> str:
+def topology_devices(name: str):
+    from jax.experimental import topologies
+    topo, kw, _ = SLICES[name]
+    return topologies.get_topology_desc(topo, "tpu", **kw).devices
+
+
+def state_table(config, slices=tuple(SLICES)) -> str:
     """Exact per-device bytes of the whole TrainState and the batch at the config's depth, for
     every slice under pure FSDP: the floor that temporaries come on top of (no compile)."""
-    from jax.experimental import topologies
-    lines = ["| slice | devices | mesh | params+optimizer+ref+RM GiB/dev | batch MiB/dev | HBM |",
+    lines = ["| slice | devices | mesh | params+optimizer(+ref)+RM GiB/dev | batch MiB/dev | HBM |",
              "|---|---|---|---|---|---|"]
-    for name, (topo, kw, hbm) in SLICES.items():
-        devices = topologies.get_topology_desc(topo, "tpu", **kw).devices
+    for name in slices:
+        devices = topology_devices(name)
         shape = mesh_choices(len(devices))[0]
         state, batch = full_state_bytes(config, shape, devices)
         lines.append(f"| {name} | {len(devices)} | {shape} | {state / GIB:.2f} | "
-                     f"{batch / 2 ** 20:.2f} | {hbm} |")
+                     f"{batch / 2 ** 20:.2f} | {SLICES[name][2]} |")
     return "\n".join(lines)
 
 
 def mesh_choices(n: int) -> list[tuple[int, int, int]]:
     """Pure FSDP over every device, and data=2 x FSDP (the config's (2, 4, 1) on 8 devices)."""
-    return [(1, n, 1), (2, n // 2, 1)]
+    return [(1, n, 1)] + ([(2, n // 2, 1)] if n > 1 else [])
+
+
+def _key(r: dict) -> tuple:
+    """What identifies a compile (rows written before configs/scan/micro-batches had defaults)."""
+    return (r.get("config", DEFAULT_CONFIG.stem), r["slice"], tuple(r["mesh"]), r["layers"],
+            r["remat"], r["kernel_impl"], r.get("scan", False), r.get("micro_batches", 1))
 
 
 def sweep(a) -> None:
-    from jax.experimental import topologies
     config = load_config(a.config)
+    full = config.model.num_layers
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():
-        done = {(r["slice"], tuple(r["mesh"]), r["layers"], r["remat"], r["kernel_impl"])
-                for r in map(json.loads, out.read_text().splitlines()) if "layers" in r}
+        done = {_key(r) for r in map(json.loads, out.read_text().splitlines()) if "layers" in r}
     for name in a.slices:
-        topo, kw, hbm = SLICES[name]
-        devices = topologies.get_topology_desc(topo, "tpu", **kw).devices
+        devices = topology_devices(name)
+        _, _, hbm = SLICES[name]
         for mesh_shape in mesh_choices(len(devices))[:a.meshes]:
-            for remat in a.remat:
-                for layers in a.layers:
-                    key = (name, mesh_shape, layers, remat, a.kernel_impl)
-                    if key in done:
-                        continue
-                    row = dict(slice=name, topology=topo, devices=len(devices), hbm_gib=hbm,
-                               mesh=list(mesh_shape), layers=layers, remat=remat,
-                               kernel_impl=a.kernel_impl)
-                    try:
-                        row.update(compile_one(config, devices, mesh_shape, layers, remat,
-                                               a.kernel_impl))
-                        row["full_state_bytes"], row["full_batch_bytes"] = full_state_bytes(
-                            config, mesh_shape, devices)
-                    except Exception as e:  # recorded, the sweep goes on
-                        row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
-                    print(json.dumps(row), flush=True)
-                    with out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+            for remat, scan, micro, layers in itertools.product(a.remat, a.scan, a.micro_batches,
+                                                                 a.layers):
+                layers = layers or full
+                row = dict(config=a.config.stem, slice=name, topology=SLICES[name][0],
+                           devices=len(devices), hbm_gib=hbm, mesh=list(mesh_shape),
+                           layers=layers, full_layers=full, remat=remat,
+                           kernel_impl=a.kernel_impl, scan=scan, micro_batches=micro)
+                if _key(row) in done:
+                    continue
+                try:
+                    row.update(compile_one(config, devices, mesh_shape, layers, remat,
+                                           a.kernel_impl, scan, micro))
+                    row["full_state_bytes"], row["full_batch_bytes"] = full_state_bytes(
+                        config, mesh_shape, devices)
+                except Exception as e:  # recorded, the sweep goes on
+                    row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+                print(json.dumps(row), flush=True)
+                with out.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
 
 
 def _fit(xs, ys, x):
@@ -228,77 +278,97 @@ def _fit(xs, ys, x):
     return float(slope * x + intercept)
 
 
-def report(path: str, full_layers: int = 28) -> str:
+def _settings(remat, scan, micro) -> str:
+    return (f"remat {'on' if remat else 'off'}, scan {'on' if scan else 'off'}, "
+            f"micro_batches {micro}")
+
+
+def plan_rows(rows: list[dict]) -> list[dict]:
+    """One planned row per (config, slice, mesh, settings): temporaries at the full depth,
+    compiled or linearly extrapolated over the compiled depths."""
+    groups: dict = {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault(_key(r)[:3] + _key(r)[4:], []).append(r)
+    out = []
+    for (config, name, mesh, remat, impl, scan, micro), rs in sorted(groups.items()):
+        rs = sorted(rs, key=lambda r: r["layers"])
+        full = rs[0].get("full_layers", 28)
+        depths = [r["layers"] for r in rs]
+        measured = full in depths
+        pick = lambda k: (next(r[k] for r in rs if r["layers"] == full) if measured
+                          else _fit(depths, [r[k] for r in rs], full))
+        state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"]
+        temp = pick("temp_bytes")
+        cpu = [r.get("compile_cpu_s") for r in rs]
+        basis = (f"compiled at {full} layers" if measured else
+                 f"LOWER BOUND: only {depths[0]} layer(s) compiled" if len(set(depths)) == 1
+                 else f"linear extrapolation from {depths} layers")
+        out.append(dict(config=config, slice=name, mesh=mesh, remat=remat, kernel_impl=impl,
+                        scan=scan, micro_batches=micro, state=state, temp=temp,
+                        total=state + temp, hbm_gib=rs[0]["hbm_gib"], basis=basis,
+                        lower_bound=basis.startswith("LOWER"), devices=rs[0]["devices"],
+                        compile_s=pick("compile_s"),
+                        compile_cpu_s=pick("compile_cpu_s") if None not in cpu else None))
+    return out
+
+
+def report(path: str) -> str:
     rows = [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()]
     ok = [r for r in rows if "error" not in r]
-    groups: dict = {}
-    for r in ok:
-        key = (r["slice"], tuple(r["mesh"]), r["remat"], r["kernel_impl"])
-        groups.setdefault(key, []).append(r)
-    lines = [f"Cooper step, Qwen2.5-1.5B policy + reference + 1.5B RM (fp32 params, bf16 compute), "
-             f"64 x (512 + 512) tokens, RM pairs at 1024; per device, GiB; libtpu AOT compile.",
-             "| slice | mesh (data,fsdp,tensor) | remat | kernels | state+batch | temporaries | "
-             "total | HBM | fits (< 90% HBM) | compile s | basis |", "|" + "---|" * 11]
-    for (name, mesh, remat, impl), rs in sorted(groups.items()):
-        rs = sorted(rs, key=lambda r: r["layers"])
-        depths = [r["layers"] for r in rs]
-        measured = full_layers in depths
-        pick = lambda k: (next(r[k] for r in rs if r["layers"] == full_layers) if measured
-                          else _fit(depths, [r[k] for r in rs], full_layers))
-        state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"]
-        temp, secs = pick("temp_bytes"), pick("compile_s")
-        total = state + temp
-        hbm = rs[0]["hbm_gib"]
-        one_depth = not measured and len(set(depths)) == 1
-        if one_depth:  # no slope: the 28-layer temporaries are at least the shallow ones
-            basis = f"LOWER BOUND: only {depths[0]} layer(s) compiled"
-            fits = "NO" if total >= 0.9 * hbm * GIB else "?"
-            cells = (f">= {temp / GIB:.2f}", f">= {total / GIB:.2f}", f">= {secs:.0f}")
-        else:
-            basis = (f"compiled at {full_layers} layers" if measured else
-                     f"linear extrapolation from {depths} layers")
-            fits = "yes" if total < 0.9 * hbm * GIB else "NO"
-            cells = (f"{temp / GIB:.2f}", f"{total / GIB:.2f}", f"{secs:.0f}")
-        lines.append(f"| {name} | {mesh} | {'on' if remat else 'off'} | {impl} | "
-                     f"{state / GIB:.2f} | {cells[0]} | {cells[1]} | {hbm} | {fits} | "
-                     f"{cells[2]} | {basis} |")
+    lines = ["Cooper step per device, GiB (libtpu AOT compile; fp32 params + AdamW, bf16 compute; "
+             "fits = total < 90% of HBM).",
+             "| config | slice | mesh (data,fsdp,tensor) | remat | scan | micro-batches | kernels "
+             "| state+batch | temporaries | total | HBM | fits | compile s (CPU s) | basis |",
+             "|" + "---|" * 14]
+    for p in plan_rows(rows):
+        fits = ("NO" if p["total"] >= 0.9 * p["hbm_gib"] * GIB else "?" if p["lower_bound"]
+                else "yes")
+        ge = ">= " if p["lower_bound"] else ""
+        cpu = f" ({p['compile_cpu_s']:.0f})" if p["compile_cpu_s"] is not None else ""
+        lines.append(f"| {p['config']} | {p['slice']} | {p['mesh']} | "
+                     f"{'on' if p['remat'] else 'off'} | {'on' if p['scan'] else 'off'} | "
+                     f"{p['micro_batches']} | {p['kernel_impl']} | {p['state'] / GIB:.2f} | "
+                     f"{ge}{p['temp'] / GIB:.2f} | {ge}{p['total'] / GIB:.2f} | {p['hbm_gib']} | "
+                     f"{fits} | {ge}{p['compile_s']:.0f}{cpu} | {p['basis']} |")
     lines += ["", "Measured compiles (per device):",
-              "| slice | mesh | remat | layers | args GiB | temps GiB | TFLOP/step | compile s |",
-              "|" + "---|" * 8]
-    for r in sorted(ok, key=lambda r: (r["slice"], r["mesh"], r["remat"], r["layers"])):
-        lines.append(f"| {r['slice']} | {tuple(r['mesh'])} | {'on' if r['remat'] else 'off'} | "
-                     f"{r['layers']} | {r['argument_bytes'] / GIB:.2f} | "
-                     f"{r['temp_bytes'] / GIB:.2f} | {r['flops'] / 1e12:.1f} | {r['compile_s']} |")
+              "| config | slice | mesh | remat | scan | micro | layers | args GiB | temps GiB | "
+              "TFLOP/step | compile s | compile CPU s |", "|" + "---|" * 12]
+    for r in sorted(ok, key=_key):
+        k = _key(r)
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {'on' if k[4] else 'off'} | "
+                     f"{'on' if k[6] else 'off'} | {k[7]} | {k[3]} | "
+                     f"{r['argument_bytes'] / GIB:.2f} | {r['temp_bytes'] / GIB:.2f} | "
+                     f"{r['flops'] / 1e12:.1f} | {r['compile_s']} | {r.get('compile_cpu_s', '')} |")
     for r in rows:
         if "error" in r:
-            lines.append(f"FAILED {r['slice']} {r['mesh']} remat={r['remat']} L={r['layers']}: "
-                         f"{r['error'][:200]}")
-    lines += ["", gpu_rows(ok, full_layers)]
+            lines.append(f"FAILED {_key(r)}: {r['error'][:200]}")
+    for config in sorted({p["config"] for p in plan_rows(rows)}):
+        lines += ["", gpu_rows(config, plan_rows(rows))]
     return "\n".join(lines)
 
 
-def gpu_rows(ok: list[dict], full_layers: int) -> str:
+def gpu_rows(config_name: str, plans: list[dict]) -> str:
     """H100 / H200 ESTIMATES: exact state bytes on 1 or 8 GPUs (pure FSDP) + temporaries scaled
-    from the TPU compile with the most rows per device (activations scale with rows/device)."""
-    config = load_config(DEFAULT_CONFIG)
+    by rows per device from this config's smallest pure-FSDP TPU plan at full depth."""
+    config = load_config(ROOT / "configs" / f"{config_name}.py")
     rows = config.rollout.prompts_per_step * config.rollout.group_size
-    ref = [r for r in ok if r["remat"] and tuple(r["mesh"])[0] == 1]
-    out = ["GPU rows are ESTIMATES (no GPU compile without a GPU): state bytes exact, temporaries "
-           "scaled from the remat TPU compile by rows per device.",
+    out = [f"GPU rows for {config_name} are ESTIMATES (no GPU compile without a GPU): state "
+           "bytes exact, temporaries scaled by rows per device from the TPU plan named.",
            "| GPU x n | state+batch GiB/dev | est. temporaries GiB/dev | total | HBM | fits |",
            "|---|---|---|---|---|---|"]
+    ref = [p for p in plans if p["config"] == config_name and p["mesh"][0] == 1
+           and not p["lower_bound"]]
     if not ref:
-        return "\n".join(out + ["(no remat TPU compile to scale from)"])
-    name = ref[0]["slice"]
-    same = [r for r in ref if r["slice"] == name and tuple(r["mesh"]) == tuple(ref[0]["mesh"])]
-    rs = sorted(same, key=lambda r: r["layers"])
-    temp = _fit([r["layers"] for r in rs], [r["temp_bytes"] for r in rs], full_layers)
-    tpu_rows_per_dev = rows / ref[0]["devices"]
+        return "\n".join(out + ["(no full-depth or extrapolated TPU plan to scale from)"])
+    ref = min(ref, key=lambda p: p["temp"])
+    out[0] += (f" ({ref['slice']}, {_settings(ref['remat'], ref['scan'], ref['micro_batches'])}"
+               f"; scaling every temporary by rows is pessimistic: upper bounds)")
     whole = state_one_device(config)
     for gpu, hbm in GPUS.items():
         for n in (1, 8):
             state = whole / n  # pure FSDP (norms and biases, replicated, are < 1 MiB)
-            est_temp = temp * (rows / n) / tpu_rows_per_dev
+            est_temp = ref["temp"] * (rows / n) / (rows / ref["devices"])
             total = state + est_temp
             out.append(f"| {gpu} x {n} | {state / GIB:.2f} | {est_temp / GIB:.2f} | "
                        f"{total / GIB:.2f} | {hbm} | {'yes' if total < 0.9 * hbm * GIB else 'NO'} "
@@ -308,28 +378,34 @@ def gpu_rows(ok: list[dict], full_layers: int) -> str:
 
 def state_one_device(config) -> int:
     """Whole-state bytes (= per-device bytes on n GPUs under pure FSDP, divided by n)."""
-    cfg, tx, rm_tx = step_setup(config, config.model.num_layers, True, "xla")
+    cfg, tx, rm_tx = step_setup(config, None, True, "xla")
     mesh = parallel.make_mesh((1, 1, 1), jax.devices("cpu")[:1])
     return (per_device_bytes(abstract_state(cfg, tx, rm_tx, mesh))
             + per_device_bytes(abstract_batch(config, mesh)))
 
 
 def main(argv=None) -> None:
+    on_off = lambda s: s.lower() in ("1", "true", "on")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", type=pathlib.Path, default=DEFAULT_CONFIG)
     p.add_argument("--out", default="docs/results/memory_plan/runs.jsonl")
     p.add_argument("--slices", nargs="+", default=list(SLICES), choices=list(SLICES))
-    p.add_argument("--layers", nargs="+", type=int, default=[1, 2])
-    p.add_argument("--remat", nargs="+", type=lambda s: s.lower() in ("1", "true", "on"),
-                   default=[True, False])
+    p.add_argument("--layers", nargs="+", type=int, default=[0],
+                   help="depths to compile; 0 = the config's own")
+    p.add_argument("--remat", nargs="+", type=on_off, default=[True])
+    p.add_argument("--scan", nargs="+", type=on_off, default=[True],
+                   help="model.scan_layers (on: one compiled block for all layers)")
+    p.add_argument("--micro-batches", nargs="+", type=int, default=[1],
+                   help="rl.micro_batches (gradient accumulation in each PPO mini-batch)")
     p.add_argument("--meshes", type=int, default=1, help="1: pure FSDP; 2: also data=2 x FSDP")
     p.add_argument("--kernel-impl", default="xla", choices=["pallas_tpu", "xla"])
     p.add_argument("--report", default=None, help="print the table of a runs.jsonl and exit")
     a = p.parse_args(argv)
     if a.report:
         print(report(a.report))
-        print("\nExact state per device at 28 layers (no compile):")
-        print(state_table(load_config(a.config)))
+        config = load_config(a.config)
+        print(f"\nExact state per device of {a.config.stem} at its full depth (no compile):")
+        print(state_table(config))
         return
     sweep(a)
     print(report(a.out))
