@@ -30,7 +30,9 @@ def get_config():
                           param_dtype="float32", dtype="float32")
     c.rollout.update(group_size=8, prompts_per_step=8)
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
-                    heldout_every=20, no_pair_step="skip")  # as run before issue 13
+                    heldout_every=20, no_pair_step="skip",  # as run before issue 13
+                    # the assistant of the cooper_rewrite arm (not in the default methods)
+                    assistant_hf_path=smollm2_gguf())
     c.train.update(steps=60, eval_every=10, checkpoint_every=30)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line

@@ -32,6 +32,11 @@ REWRITE_SYSTEM_PROMPT = (
     "the correct one, plausible-sounding, and ending with a final answer in the same format.")
 
 
+# Tokens of the rewrite prompt beyond the question and the positive: the system prompt, the
+# user message's labels and the chat template (104 tokens in all for a toy problem with SmolLM2).
+REWRITE_PROMPT_OVERHEAD_TOKENS = 128
+
+
 def rewrite_user_message(question: str, positive: str) -> str:
     return f"Problem:\n{question}\n\nCorrect response:\n{positive}\n\nIncorrect response:"
 
@@ -240,8 +245,11 @@ def make_rewriter(config, mesh=None):
         return http_rewriter(c.assistant_url, c.assistant_model or "default",
                              c.rewrite_temperature)
     if c.assistant_hf_path:
-        # Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound.
-        return local_rewriter(c.assistant_hf_path, config.data.max_prompt_len + c.max_len,
+        # Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound,
+        # and the prompt holds the question, the positive and the instructions (chat-formatted).
+        prompt_len = (config.data.max_prompt_len + config.rollout.max_new_tokens
+                      + REWRITE_PROMPT_OVERHEAD_TOKENS)
+        return local_rewriter(c.assistant_hf_path, prompt_len,
                               config.rollout.max_new_tokens + 500, c.rewrite_temperature,
                               config.seed)
     raise ValueError("cooper.negative='rewrite' needs cooper.assistant_url or "
