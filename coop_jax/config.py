@@ -85,7 +85,8 @@ def base_config() -> ml_collections.ConfigDict:
         weight_decay=0.01,
         grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
-        heldout_triples="", heldout_every=10))
+        heldout_triples="", heldout_every=10,
+        micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
 
@@ -200,6 +201,11 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
     _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")
+    _positive(c.cooper.get("micro_batches", 1), "cooper.micro_batches")
+    if c.rollout.prompts_per_step % c.cooper.get("micro_batches", 1):
+        raise ValueError(f"config.cooper.micro_batches ({c.cooper.micro_batches}) must divide "
+                         f"rollout.prompts_per_step ({c.rollout.prompts_per_step}): one pair "
+                         "per prompt")
     if (c.reward.type == "cooper" and cooper.NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
             and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
         others = [n for n, s in cooper.NEGATIVE_STRATEGIES.items() if not s.needs_assistant]

@@ -96,7 +96,8 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         hybrid_rm_weight=c.reward.hybrid_rm_weight, train_rm=source.trains_rm,
         kernel_impl=c.kernels.impl, valid_vocab=valid_vocab, num_views=source.num_views,
         kl_coef_in_reward=c.rl.kl_coef, rm_skip_no_pair=c.cooper.no_pair_step == "skip",
-        micro_batches=c.rl.get("micro_batches", 1))
+        micro_batches=c.rl.get("micro_batches", 1),
+        rm_micro_batches=c.cooper.get("micro_batches", 1))
 
 
 def policy_optimizer(config):

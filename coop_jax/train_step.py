@@ -63,6 +63,7 @@ class StepConfig:
     # each mini-batch's gradient accumulated over this many micro-batches (lax.scan): the same
     # update, one micro-batch's activations live at a time
     micro_batches: int = 1
+    rm_micro_batches: int = 1  # the same for the Cooper RM's Bradley-Terry pairs
 
     def __post_init__(self):
         if self.reward_source not in DEVICE_REWARDS:
@@ -145,14 +146,21 @@ def rm_rewards(rm_params, cfg: StepConfig, tokens: Array, mask: Array) -> tuple[
     return (prob > 0.5).astype(jnp.float32) if cfg.rm_threshold else prob, scores
 
 
-def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, batch: dict) -> tuple[Array, dict]:
-    """mean over valid pairs of -log sigmoid(r_pos - r_neg); 0 (and no gradient) without pairs."""
+PAIR_KEYS = ("pair_pos_tokens", "pair_pos_mask", "pair_neg_tokens", "pair_neg_mask", "pair_valid")
+
+
+def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, batch: dict,
+                       num_valid: Array | None = None) -> tuple[Array, dict]:
+    """mean over valid pairs of -log sigmoid(r_pos - r_neg); 0 (and no gradient) without pairs.
+    `num_valid`: the mean's denominator when `batch` is a micro-batch of the step's pairs (the
+    step's valid-pair count); the losses of its micro-batches then add up to the step's."""
     pos = models.reward_scores(rm_params, rm_cfg, batch["pair_pos_tokens"], batch["pair_pos_mask"])
     neg = models.reward_scores(rm_params, rm_cfg, batch["pair_neg_tokens"], batch["pair_neg_mask"])
     valid = batch["pair_valid"].astype(jnp.float32)
     count = valid.sum()
-    loss = -(jax.nn.log_sigmoid(pos - neg) * valid).sum() / jnp.maximum(count, 1.0)
-    acc = ((pos > neg) * valid).sum() / jnp.maximum(count, 1.0)
+    n = jnp.maximum(count if num_valid is None else num_valid, 1.0)
+    loss = -(jax.nn.log_sigmoid(pos - neg) * valid).sum() / n
+    acc = ((pos > neg) * valid).sum() / n
     return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
 
 
@@ -263,7 +271,19 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
 
 
 def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[ModelState, dict]:
-    updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm, batch)
+    if cfg.rm_micro_batches == 1:
+        updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm,
+                                                batch)
+    else:  # the pairs' gradient accumulated over micro-batches, divided by the step's count
+        pairs = {k: batch[k] for k in PAIR_KEYS}
+        if pairs["pair_valid"].shape[0] % cfg.rm_micro_batches:
+            raise ValueError(f"cooper.micro_batches ({cfg.rm_micro_batches}) must divide the "
+                             f"{pairs['pair_valid'].shape[0]} pairs of a step (prompts_per_step)")
+        count = batch["pair_valid"].astype(jnp.float32).sum()
+        (_, metrics), grads = accumulate_gradients(
+            lambda p, micro: bradley_terry_loss(p, cfg.rm, micro, count), state.rm.params,
+            split_micro_batches(pairs, cfg.rm_micro_batches))
+        updated = apply_gradients(state.rm, rm_tx, grads)
     new = updated  # no pair: the loss has zero gradient, AdamW still steps
     if cfg.rm_skip_no_pair:
         has_pairs = metrics["rm_valid_pairs"] > 0

@@ -17,7 +17,7 @@ def test_corewarding_1_with_dynamic_sampling_is_rejected():
     config_lib.validate(c)
 
 
-def test_micro_batches_must_divide_each_mini_batch():
+def test_micro_batches_must_divide_each_mini_batch_and_the_pairs():
     c = config_lib.base_config()  # 16 prompts x 8 rollouts = 128 rows
     assert c.rl.micro_batches == 1
     c.rl.update(num_minibatches=4, micro_batches=8)
@@ -27,6 +27,10 @@ def test_micro_batches_must_divide_each_mini_batch():
         config_lib.validate(c)
     c.rl.micro_batches = 0
     with pytest.raises(ValueError, match=r"rl\.micro_batches must be > 0"):
+        config_lib.validate(c)
+    c.rl.micro_batches = 1
+    c.cooper.micro_batches = 3  # one pair per prompt: must divide prompts_per_step (16)
+    with pytest.raises(ValueError, match=r"cooper\.micro_batches \(3\)"):
         config_lib.validate(c)
 
 

@@ -218,3 +218,18 @@ def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
     with pytest.raises(ValueError, match="rl.micro_batches"):
         jit_step(dataclasses.replace(cfg, micro_batches=3), TX, donate=False)(_state(False),
                                                                                batch)
+
+
+def test_cooper_rm_micro_batches_give_the_same_update():
+    """cooper.micro_batches=2 (with rl.micro_batches=2): the RM's pair gradient accumulated in
+    halves over the step's valid-pair count equals one pass; metrics too."""
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
+                     train_rm=True, kernel_impl="xla")
+    batch = _batch(2, valid_pairs=(1, 1, 0, 1))  # 2 valid pairs in one half, 1 in the other
+    ref, ref_metrics = jit_step(cfg, TX, RM_TX, donate=False)(_state(True), batch)
+    micro = dataclasses.replace(cfg, micro_batches=2, rm_micro_batches=2)
+    got, metrics = jit_step(micro, TX, RM_TX, donate=False)(_state(True), batch)
+    _close(got.rm.params, ref.rm.params)
+    _close(got.policy.params, ref.policy.params)
+    for name in ("rm_loss", "rm_pair_acc_before", "rm_valid_pairs", "rm_grad_norm"):
+        assert float(metrics[name]) == pytest.approx(float(ref_metrics[name]), rel=1e-5), name
