@@ -27,7 +27,8 @@ def get_config():
     # embeddings) and a new scalar head; the 0.6M character-level RM stays near chance on this
     # task (docs/results/reward_hacking/). Inputs are ~55 BPE tokens.
     c.reward_model.update(hf_path=smollm2_gguf(), keep_layers=4, tokenizer="",
-                          param_dtype="float32", dtype="float32")
+                          param_dtype="float32", dtype="float32",
+                          question_format="question")  # as run before issue 13: raw questions
     c.rollout.update(group_size=8, prompts_per_step=8)
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
                     heldout_every=20, no_pair_step="skip",  # as run before issue 13

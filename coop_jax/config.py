@@ -9,6 +9,7 @@ from __future__ import annotations
 import ml_collections
 
 from coop_jax import cooper, data, kernels, rewards, rl, train_step
+from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
 from coop_jax.models.config import DTYPES, ModelConfig
 
 # Allowed names come from the registries that implement them.
@@ -45,7 +46,11 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.model = model_section()
-    c.reward_model = model_section()  # used by reward types in RM_REWARD_TYPES
+    c.reward_model = model_section(  # used by reward types in RM_REWARD_TYPES
+        # the RM's input (coop_jax.rm_input): <question> = the full user prompt ("prompt", the
+        # reference) or the raw question ("question"); an input over max_len tokens is cut on the
+        # left (keeps the completion's end, where the score is read) or the right (the reference)
+        question_format="prompt", truncation_side="left")
 
     c.data = ml_collections.ConfigDict(dict(
         dataset="synthetic", data_dir="", train_split="train", eval_split="test", num_train=0,
@@ -162,6 +167,8 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     """Raise ValueError naming the first impossible field."""
     _validate_model(c.model, "model")
     _one_of(c.reward.type, REWARD_TYPES, "reward.type")
+    _one_of(c.reward_model.question_format, tuple(QUESTION_FORMATS), "reward_model.question_format")
+    _one_of(c.reward_model.truncation_side, tuple(TRUNCATIONS), "reward_model.truncation_side")
     if c.reward.type in RM_REWARD_TYPES:
         _validate_model(c.reward_model, "reward_model")
     _one_of(c.data.dataset, DATASETS, "data.dataset")

@@ -22,7 +22,7 @@ import numpy as np
 
 from coop_jax.data.synthetic import consistent_wrong_solution
 from coop_jax.rl._registry import lookup
-from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+from coop_jax.rm_input import RMInputFormat
 # chat_completions_url is re-exported for train_rm until it imports coop_jax.sampling.chat
 from coop_jax.sampling.chat import chat_completions_url, http_chat, local_chat  # noqa: F401
 
@@ -205,15 +205,16 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
 
 
 def tokenize_pairs(tokenizer, records: Sequence[dict], pairs: Sequence[tuple[str, str] | None],
-                   max_len: int) -> dict[str, np.ndarray]:
-    """RM inputs of each prompt's (positive, negative) pair; masked pairs get pair_valid = 0."""
+                   fmt: RMInputFormat) -> dict[str, np.ndarray]:
+    """RM inputs (in `fmt`) of each prompt's (positive, negative) pair; masked pairs get
+    pair_valid = 0."""
     pos, neg = [], []
     for r, pair in zip(records, pairs):
         p, q = pair if pair is not None else ("", "")
-        pos.append(format_rm_input(r["question"], r["reference"], p))
-        neg.append(format_rm_input(r["question"], r["reference"], q))
-    pos_ids, pos_mask = tokenize_rm_inputs(tokenizer, pos, max_len)
-    neg_ids, neg_mask = tokenize_rm_inputs(tokenizer, neg, max_len)
+        pos.append((r["question"], r["reference"], p))
+        neg.append((r["question"], r["reference"], q))
+    pos_ids, pos_mask = fmt.tokenize(tokenizer, pos)
+    neg_ids, neg_mask = fmt.tokenize(tokenizer, neg)
     return {"pair_pos_tokens": pos_ids, "pair_pos_mask": pos_mask, "pair_neg_tokens": neg_ids,
             "pair_neg_mask": neg_mask,
             "pair_valid": np.array([pair is not None for pair in pairs], np.float32)}

@@ -1,13 +1,21 @@
 """The reference-based reward model's input (Cooper's VerifyRM format, docs/ALGORITHMS.md) and its
-labelled (question, reference, completion, label) triples."""
+labelled (question, reference, completion, label) triples.
+
+`RMInputFormat` is the one way every RM input is built (coop-train's rollouts and Cooper pairs,
+coop-train-rm, held-out and coop-eval accuracy): the `<question>` text by `question_format`, the
+tagged text by `format_rm_input`, the tokens by `tokenize_rm_inputs` with `truncation_side`.
+Triples files keep the raw question; the format is applied here.
+"""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
+from coop_jax.data.templates import PROMPT_TEMPLATES, format_prompt
 from coop_jax.jsonl import read_jsonl
 
 MAX_CHARS, HEAD_CHARS, TAIL_CHARS = 1500, 500, 1000
@@ -26,17 +34,107 @@ def format_rm_input(question: str, reference: str, completion: str) -> str:
             f"<completion>{truncate_middle(completion)}</completion>")
 
 
-def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Right-padded token ids [B, max_len] and mask; an over-long input keeps its last tokens so
-    the completion's end (where the score is read) survives."""
+# reward_model.question_format: the RM's <question> text from (raw question, prompt template)
+QUESTION_FORMATS: dict[str, Callable[[str, str], str]] = {
+    # the reference (ZJU-REAL/cooper fsdp_workers.py passes the user turn's content): the
+    # template's instruction suffix included, no chat wrapping
+    "prompt": lambda question, template: format_prompt(template, question),
+    "question": lambda question, template: question,  # the raw question
+}
+# reward_model.truncation_side: which side of an input over max_len tokens is cut (HF's naming).
+# The score is read at the last token: "left" keeps the tail, so the completion's final answer
+# survives and the question / reference lose their start; "right" (the reference, verl's
+# truncation="right") keeps the head, so the completion's end, its final answer, is cut.
+TRUNCATIONS: dict[str, Callable[[list, int], list]] = {
+    "left": lambda toks, n: toks[-n:],
+    "right": lambda toks, n: toks[:n],
+}
+
+
+def _one_of(value: str, registry: dict, field: str) -> None:
+    if value not in registry:
+        raise ValueError(f"config.reward_model.{field} must be one of {list(registry)}, got "
+                         f"{value!r}")
+
+
+def rm_question(question: str, template: str, question_format: str = "prompt") -> str:
+    """The RM's `<question>` text: `QUESTION_FORMATS[question_format]` of the raw question."""
+    _one_of(question_format, QUESTION_FORMATS, "question_format")
+    return QUESTION_FORMATS[question_format](question, template)
+
+
+def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int, truncation_side: str = "left"
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded token ids [B, max_len] and mask; an over-long input loses its start
+    (`truncation_side="left"`, so the completion's end, where the score is read, survives) or its
+    end ("right", as the reference)."""
+    _one_of(truncation_side, TRUNCATIONS, "truncation_side")
+    cut = TRUNCATIONS[truncation_side]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ids = np.full((len(texts), max_len), pad, np.int32)
     mask = np.zeros((len(texts), max_len), bool)
     for i, text in enumerate(texts):
-        toks = tokenizer(text, add_special_tokens=False)["input_ids"][-max_len:]
+        toks = cut(tokenizer(text, add_special_tokens=False)["input_ids"], max_len)
         ids[i, :len(toks)] = toks
         mask[i, :len(toks)] = True
     return ids, mask
+
+
+@dataclasses.dataclass(frozen=True)
+class RMInputFormat:
+    """How (question, reference, completion) becomes the RM's tokens: `max_len` tokens, the
+    `<question>` by `question_format` with prompt `template`, over-long inputs cut on
+    `truncation_side`."""
+    max_len: int
+    template: str
+    question_format: str = "prompt"
+    truncation_side: str = "left"
+
+    def __post_init__(self):
+        _one_of(self.question_format, QUESTION_FORMATS, "question_format")
+        _one_of(self.truncation_side, TRUNCATIONS, "truncation_side")
+        if self.template not in PROMPT_TEMPLATES:
+            raise ValueError(f"unknown prompt template {self.template!r} for the RM's question; "
+                             f"allowed: {sorted(PROMPT_TEMPLATES)}")
+        if self.max_len < 1:
+            raise ValueError(f"the RM's max_len must be >= 1, got {self.max_len}")
+
+    def text(self, question: str, reference: str, completion: str) -> str:
+        return format_rm_input(rm_question(question, self.template, self.question_format),
+                               reference, completion)
+
+    def texts(self, triples: Sequence[dict]) -> list[str]:
+        return [self.text(t["question"], t["reference"], t["completion"]) for t in triples]
+
+    def tokenize(self, tokenizer, rows: Sequence[tuple[str, str, str]]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and mask [len(rows), max_len] of (question, reference, completion) rows."""
+        return tokenize_rm_inputs(tokenizer, [self.text(*r) for r in rows], self.max_len,
+                                  self.truncation_side)
+
+    def tokenize_triples(self, tokenizer, triples: Sequence[dict]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        return tokenize_rm_inputs(tokenizer, self.texts(triples), self.max_len,
+                                  self.truncation_side)
+
+
+def rm_input_format(config, *, max_len: int = 0, template: str = "") -> RMInputFormat:
+    """The run's RM input: `reward_model.question_format` / `truncation_side`, the prompt template
+    `template` or `data.prompt_template`, `max_len` or `cooper.max_len` tokens."""
+    rm = config.reward_model
+    return RMInputFormat(max_len=max_len or config.cooper.max_len,
+                         template=template or config.data.prompt_template,
+                         question_format=rm.question_format, truncation_side=rm.truncation_side)
+
+
+def trained_input_format(saved_config: dict) -> dict:
+    """The RM input settings a checkpoint's saved config records; RMs saved before
+    `question_format` / `truncation_side` existed read raw questions and kept the tail."""
+    rm, data = saved_config.get("reward_model", {}), saved_config.get("data", {})
+    return {"max_len": saved_config.get("cooper", {}).get("max_len"),
+            "template": data.get("prompt_template"),
+            "question_format": rm.get("question_format", "question"),
+            "truncation_side": rm.get("truncation_side", "left")}
 
 
 def _label(value, i: int) -> bool:

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from coop_jax import models
-from coop_jax.rm_input import check_triples, format_rm_input, tokenize_rm_inputs
+from coop_jax.rm_input import RMInputFormat, check_triples
 from coop_jax.sampling.batching import fixed_batches
 from coop_jax.stats import BOOTSTRAP, bootstrap_ci, ci, interval_to_json, roc_auc
 
@@ -25,29 +25,30 @@ def _jit_scores(cfg: models.ModelConfig):
 
 
 def score_triples(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequence[dict], *,
-                  max_len: int, batch_size: int) -> np.ndarray:
-    """Raw RM scores [n] (logits; sigmoid > 0.5 ⇔ score > 0), fixed batch shape."""
+                  fmt: RMInputFormat, batch_size: int) -> np.ndarray:
+    """Raw RM scores [n] (logits; sigmoid > 0.5 ⇔ score > 0) of the triples' inputs in `fmt`,
+    fixed batch shape."""
     if not rm_cfg.is_reward_model:
         raise ValueError("evaluate_reward_model needs a reward model config (num_labels >= 1)")
-    if batch_size < 1 or max_len < 1:
-        raise ValueError(f"batch_size and max_len must be >= 1, got {batch_size}, {max_len}")
-    texts = [format_rm_input(t["question"], t["reference"], t["completion"]) for t in triples]
-    ids, mask = tokenize_rm_inputs(tokenizer, texts, max_len)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ids, mask = fmt.tokenize_triples(tokenizer, triples)
     fn = _jit_scores(rm_cfg)
-    bs = min(batch_size, len(texts))
+    bs = min(batch_size, len(triples))
     scores = []
-    for idx, real in fixed_batches(np.arange(len(texts)), bs):
+    for idx, real in fixed_batches(np.arange(len(triples)), bs):
         out = np.asarray(fn(params, jnp.asarray(ids[idx]), jnp.asarray(mask[idx])), np.float64)
         scores.append(out.reshape(len(idx), -1)[:real, 0])
     return np.concatenate(scores)
 
 
 def evaluate_reward_model(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequence[dict],
-                          *, max_len: int, batch_size: int = 64) -> tuple[dict, list[dict]]:
-    """Accuracy (score > 0 ⇔ label) and ROC AUC on labelled triples, with bootstrap 95% CIs."""
+                          *, fmt: RMInputFormat, batch_size: int = 64
+                          ) -> tuple[dict, list[dict]]:
+    """Accuracy (score > 0 ⇔ label) and ROC AUC on labelled triples (inputs in `fmt`), with
+    bootstrap 95% CIs."""
     labels = np.asarray(check_triples(triples))
-    scores = score_triples(params, rm_cfg, tokenizer, triples, max_len=max_len,
-                           batch_size=batch_size)
+    scores = score_triples(params, rm_cfg, tokenizer, triples, fmt=fmt, batch_size=batch_size)
     if not np.all(np.isfinite(scores)):
         raise FloatingPointError("the reward model produced NaN/inf scores")
     correct = ((scores > 0) == labels).astype(np.float64)
@@ -59,7 +60,9 @@ def evaluate_reward_model(params, rm_cfg: models.ModelConfig, tokenizer, triples
               "roc_auc": interval_to_json(auc),
               "mean_score_positive": mean_or_none(scores[labels]),
               "mean_score_negative": mean_or_none(scores[~labels]),
-              "max_len": int(max_len), "bootstrap": dict(BOOTSTRAP)}
+              "max_len": int(fmt.max_len), "question_format": fmt.question_format,
+              "truncation_side": fmt.truncation_side, "template": fmt.template,
+              "bootstrap": dict(BOOTSTRAP)}
     if math.isnan(auc["mean"]):
         logger.warning("ROC AUC is undefined: the triples hold a single label class")
     rows = [{"id": t.get("id", str(i)), "question": t["question"], "reference": t["reference"],

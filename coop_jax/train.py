@@ -36,7 +36,7 @@ from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
-from coop_jax.rm_input import format_rm_input, read_triples, tokenize_rm_inputs
+from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.train_step import (StepConfig, init_state, jit_step, make_optimizer, place_state,
                                  state_shardings)
@@ -121,10 +121,12 @@ def _load_reward_model(config, tokenizer, mesh, key):
     rm_path = config.cooper.rm_checkpoint
     if rm_path:
         rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm")
-        trained_len = meta.get("config", {}).get("cooper", {}).get("max_len")
-        if trained_len and trained_len != config.cooper.max_len:
-            log.warning("the RM in %s was trained with cooper.max_len=%s, this run uses %s",
-                        rm_path, trained_len, config.cooper.max_len)
+        run_fmt = dataclasses.asdict(rm_input_format(config))
+        for key, trained in trained_input_format(meta.get("config", {})).items():
+            if trained is not None and trained != run_fmt[key] and not (
+                    key == "template" and run_fmt["question_format"] == "question"):
+                log.warning("the RM in %s was trained with input %s=%s, this run uses %s",
+                            rm_path, key, trained, run_fmt[key])
         rm_tokenizer = load_tokenizer(meta.get("rm_tokenizer", meta.get("tokenizer")) or None)
         return rm_cfg, parallel.shard_params(params, rm_cfg, mesh), rm_tokenizer
     section = config.reward_model
@@ -299,10 +301,10 @@ def make_batch(run: Trainer, records, rollouts: Rollouts, host_rewards, labels, 
     views = [_view_batch(run, out, r) for out, r in zip(rollouts.outs, host_rewards)]
     batch = {k: np.concatenate([v[k] for v in views]) for k in views[0]}
     if run.rm_cfg is not None:
-        rows = [format_rm_input(records[i // run.G]["question"], records[i // run.G]["reference"],
-                                t) for i, t in enumerate(rollouts.texts[0])]
-        batch["rm_tokens"], batch["rm_mask"] = tokenize_rm_inputs(run.rm_tokenizer, rows,
-                                                                  run.config.cooper.max_len)
+        rows = [(records[i // run.G]["question"], records[i // run.G]["reference"], t)
+                for i, t in enumerate(rollouts.texts[0])]
+        batch["rm_tokens"], batch["rm_mask"] = rm_input_format(run.config).tokenize(
+            run.rm_tokenizer, rows)
         if pending is None:
             batch["rule_labels"] = labels
     return batch
@@ -315,7 +317,7 @@ def rm_pairs(run: Trainer, step: int, records, texts, labels, extracted, tools: 
         c.cooper.negative, records, texts, labels, extracted, run.G, verifier=tools.verifier,
         rewriter=tools.rewriter, rng=np.random.default_rng([c.seed, step]),
         tries=c.cooper.rewrite_tries)
-    return cooper.tokenize_pairs(run.rm_tokenizer, records, pairs, c.cooper.max_len), stats
+    return cooper.tokenize_pairs(run.rm_tokenizer, records, pairs, rm_input_format(c)), stats
 
 
 def collect(run: Trainer, step: int, records: list[dict], tools: HostTools, draw: int = 0):
@@ -403,7 +405,7 @@ def rm_heldout(run: Trainer) -> dict:
     if run.rm_cfg is None or not path:
         return {}
     report, _ = evaluate_reward_model(run.state.rm.params, run.rm_cfg, run.rm_tokenizer,
-                                      read_triples(path), max_len=run.config.cooper.max_len,
+                                      read_triples(path), fmt=rm_input_format(run.config),
                                       batch_size=64)
     return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
 

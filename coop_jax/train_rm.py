@@ -16,7 +16,9 @@ Every setting is in the config's `rm_train` section (`--config.rm_train.x=y`):
 
 Labels follow the paper's hybrid annotation (docs/ALGORITHMS.md): the rule verifier labels every
 sampled completion; with a judge endpoint a triple is kept only when the judge agrees. Training is
-BCE-with-logits on the RM score of `format_rm_input(q, a, c)` (right-padded), AdamW, batch sharded
+BCE-with-logits on the RM score of the input `rm_input(config)` builds (`rm_input.RMInputFormat`:
+`<question>` by `reward_model.question_format`, over-long inputs cut on
+`reward_model.truncation_side`; right-padded), AdamW, batch sharded
 over the (data, fsdp) mesh axes. DIR gets `checkpoints/` (readable by
 `coop_jax.checkpoint.load_model(DIR, "rm")`, `coop-eval` and `cooper.rm_checkpoint`),
 `rm_metrics.jsonl` and `rm_summary.json`. Single-process (one host) only.
@@ -24,6 +26,7 @@ over the (data, fsdp) mesh axes. DIR gets `checkpoints/` (readable by
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import math
@@ -47,8 +50,8 @@ from coop_jax.build import load_model
 from coop_jax.cooper import chat_completions_url
 from coop_jax.console import parse_flags, run_console
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
-from coop_jax.rm_input import (TRIPLE_KEYS, check_triples, format_rm_input,  # noqa: F401
-                               read_triples, tokenize_rm_inputs, write_triples)
+from coop_jax.rm_input import (TRIPLE_KEYS, RMInputFormat, check_triples,  # noqa: F401
+                               read_triples, rm_input_format, write_triples)
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.sampling import generate_completions
 from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
@@ -265,17 +268,13 @@ def _batches(n: int, batch_size: int, rng: np.random.Generator):
         yield idx, weight
 
 
-def _rm_texts(triples: Sequence[dict]) -> list[str]:
-    return [format_rm_input(t["question"], t["reference"], t["completion"]) for t in triples]
+def _truncated_fraction(tokenizer, triples: Sequence[dict], fmt: RMInputFormat) -> float:
+    ids = tokenizer(fmt.texts(triples), add_special_tokens=False)["input_ids"]
+    return sum(len(x) > fmt.max_len for x in ids) / len(triples)
 
 
-def _truncated_fraction(tokenizer, triples: Sequence[dict], max_len: int) -> float:
-    ids = tokenizer(_rm_texts(triples), add_special_tokens=False)["input_ids"]
-    return sum(len(x) > max_len for x in ids) / len(triples)
-
-
-def _heldout_row(params, cfg, tokenizer, heldout, max_len: int, batch_size: int) -> dict:
-    report, _ = evaluate_reward_model(params, cfg, tokenizer, heldout, max_len=max_len,
+def _heldout_row(params, cfg, tokenizer, heldout, fmt: RMInputFormat, batch_size: int) -> dict:
+    report, _ = evaluate_reward_model(params, cfg, tokenizer, heldout, fmt=fmt,
                                       batch_size=batch_size)
     return {"heldout/accuracy": report["accuracy"]["mean"],
             "heldout/accuracy_ci": [report["accuracy"]["ci_low"], report["accuracy"]["ci_high"]],
@@ -285,7 +284,7 @@ def _heldout_row(params, cfg, tokenizer, heldout, max_len: int, batch_size: int)
 def drop_overlong(triples: Sequence[dict], opts) -> tuple[list[dict], int]:
     """`rm_train.overlong="drop"` (the reference): leave out triples whose question, reference and
     completion have more than `rm_train.max_chars` characters together; "truncate" keeps them all
-    (the token input keeps its last `max_len` tokens)."""
+    (the token input is cut to `max_len` tokens on `reward_model.truncation_side`)."""
     if opts.overlong == "truncate":
         return list(triples), 0
     kept = [t for t in triples
@@ -299,9 +298,13 @@ def drop_overlong(triples: Sequence[dict], opts) -> tuple[list[dict], int]:
     return kept, len(triples) - len(kept)
 
 
-def rm_max_len(config) -> int:
-    """The RM's input length: `rm_train.max_len`, else `cooper.max_len`."""
-    return config.rm_train.max_len or config.cooper.max_len
+def rm_input(config) -> RMInputFormat:
+    """The RM input coop-train-rm trains on: `rm_train.max_len` (else `cooper.max_len`) tokens,
+    `<question>` by `reward_model.question_format` with the prompt template `rm_train.template`
+    (else `rm_train.dataset`'s default template, else `data.prompt_template`)."""
+    r = config.rm_train
+    template = r.template or data.DEFAULT_TEMPLATES.get(r.dataset, config.data.prompt_template)
+    return rm_input_format(config, max_len=r.max_len, template=template)
 
 
 def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
@@ -311,7 +314,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     an HF folder with `rm_train.export_hf`)."""
     t0 = time.time()
     config_lib.validate_rm_train(config.rm_train)
-    opts, max_len = config.rm_train, rm_max_len(config)
+    opts, fmt = config.rm_train, rm_input(config)
     eval_batch = config.eval.batch_size
     labels = np.asarray(check_triples(train_triples), np.float32)
     if heldout_triples:
@@ -339,10 +342,11 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     state = place_state(ModelState(params, tx.init(params)), mesh)
     shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
     step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings, opts.micro_batches)
-    truncated = _truncated_fraction(tokenizer, train_triples, max_len)
+    truncated = _truncated_fraction(tokenizer, train_triples, fmt)
     if truncated:
-        log.warning("%.1f%% of the training inputs exceed max_len=%d and lose their start",
-                    100 * truncated, max_len)
+        log.warning("%.1f%% of the training inputs exceed max_len=%d and lose their %s",
+                    100 * truncated, fmt.max_len,
+                    "start" if fmt.truncation_side == "left" else "end")
 
     os.makedirs(workdir, exist_ok=True)
     rng = np.random.default_rng(opts.seed)
@@ -353,14 +357,12 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
             metrics_file.flush()
 
         if heldout_triples:
-            held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, max_len,
-                                eval_batch)
+            held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt, eval_batch)
             write({"step": 0, "epoch": 0} | held)
         for epoch in range(1, opts.epochs + 1):
             losses = []
             for idx, weight in _batches(len(train_triples), opts.batch_size, rng):
-                ids, mask = tokenize_rm_inputs(tokenizer, _rm_texts(
-                    [train_triples[i] for i in idx]), max_len)
+                ids, mask = fmt.tokenize_triples(tokenizer, [train_triples[i] for i in idx])
                 host = {"tokens": ids, "mask": mask, "labels": labels[idx], "weight": weight}
                 batch = {k: jax.device_put(v, batch_sh[k]) for k, v in host.items()}
                 state, metrics = step_fn(state, batch)
@@ -373,25 +375,26 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                     write({"step": step, "epoch": epoch} | metrics)
                 if heldout_triples and opts.heldout_every and step % opts.heldout_every == 0:
                     write({"step": step, "epoch": epoch} | _heldout_row(
-                        state.params, cfg, tokenizer, heldout_triples, max_len, eval_batch))
+                        state.params, cfg, tokenizer, heldout_triples, fmt, eval_batch))
             epoch_loss = float(np.mean(losses))
             row = {"step": step, "epoch": epoch, "train/epoch_loss": epoch_loss}
             if heldout_triples:
-                held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, max_len,
+                held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt,
                                     eval_batch)
                 row |= held
             write(row)
             log.info("epoch %d: %s", epoch, row)
 
     saved_config = config.copy_and_resolve_references()
-    saved_config.cooper.max_len = max_len  # coop-eval / coop-train read the RM length here
+    # coop-eval and coop-train read the RM's input settings here
+    saved_config.cooper.max_len, saved_config.data.prompt_template = fmt.max_len, fmt.template
     if opts.init_hf:
         saved_config.reward_model.hf_path = opts.init_hf
     meta = {"step": step, "config": json.loads(json.dumps(saved_config.to_dict())),
             "tokenizer": tok_path, "rm_tokenizer": tok_path,
             "rm_model_config": checkpoint.model_config_to_dict(cfg),
-            "rm_training": opts.to_dict() | {"max_len": max_len,
-                                             "num_train": len(train_triples)}}
+            "rm_training": opts.to_dict() | dataclasses.asdict(fmt)
+            | {"num_train": len(train_triples)}}
     # Parameters only (the RM is for scoring; the optimizer state would triple the size),
     # gathered to this host first: single-process training, and orbax writes host arrays fast.
     host_params = jax.device_get(state.params)
@@ -413,7 +416,9 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                "heldout_auc": held.get("heldout/auc"), "truncated_fraction": truncated,
                "dropped_overlong": dropped,
                "effective_batch": opts.batch_size, "micro_batches": opts.micro_batches,
-               "max_len": max_len, "wall_seconds": time.time() - t0,
+               "max_len": fmt.max_len, "question_format": fmt.question_format,
+               "truncation_side": fmt.truncation_side, "template": fmt.template,
+               "wall_seconds": time.time() - t0,
                "checkpoint": os.path.join(os.path.abspath(workdir), "checkpoints"),
                "export_hf": os.path.abspath(opts.export_hf) if opts.export_hf else None}
     with open(os.path.join(workdir, "rm_summary.json"), "w") as fh:

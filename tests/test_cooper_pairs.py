@@ -10,7 +10,7 @@ from fake_openai import FakeOpenAI
 
 from coop_jax import cooper, rewards
 from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+from coop_jax.rm_input import RMInputFormat, format_rm_input, tokenize_rm_inputs
 from coop_jax.verify import RuleVerifier
 
 G = 3
@@ -137,14 +137,15 @@ def test_http_rewriter_unreachable_server_gives_none():
 def test_tokenize_pairs_masks_missing_pairs():
     tok = load_tokenizer()
     pairs = [("3+4=7. #### 7", "3+4=8. #### 8"), None]
-    out = cooper.tokenize_pairs(tok, RECORDS[:2], pairs, max_len=96)
+    out = cooper.tokenize_pairs(tok, RECORDS[:2], pairs, RMInputFormat(96, "synthetic"))
     np.testing.assert_array_equal(out["pair_valid"], [1.0, 0.0])
     assert out["pair_valid"].dtype == np.float32
-    ids, mask = tokenize_rm_inputs(tok, [format_rm_input("3+4", "7", "3+4=7. #### 7"),
-                                         format_rm_input("5+5", "10", "")], 96)
+    # the <question> is the full prompt ("q = " with the synthetic template) by default
+    ids, mask = tokenize_rm_inputs(tok, [format_rm_input("3+4 = ", "7", "3+4=7. #### 7"),
+                                         format_rm_input("5+5 = ", "10", "")], 96)
     np.testing.assert_array_equal(out["pair_pos_tokens"], ids)
     np.testing.assert_array_equal(out["pair_pos_mask"], mask)
-    neg_ids, _ = tokenize_rm_inputs(tok, [format_rm_input("3+4", "7", "3+4=8. #### 8")], 96)
+    neg_ids, _ = tokenize_rm_inputs(tok, [format_rm_input("3+4 = ", "7", "3+4=8. #### 8")], 96)
     np.testing.assert_array_equal(out["pair_neg_tokens"][:1], neg_ids)
     assert out["pair_pos_mask"][:, 0].all()  # right-padded
 

@@ -15,7 +15,7 @@ import transformers  # noqa: E402
 from conftest import save_tiny_policy  # noqa: E402
 from coop_jax.eval import cli, report  # noqa: E402
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402
-from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs  # noqa: E402
+from coop_jax.rm_input import RMInputFormat  # noqa: E402
 
 COMMON = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
@@ -76,11 +76,12 @@ def test_coop_eval_rm_hf_matches_transformers(rm_dir, tmp_path):
     assert rep["mode"] == "rm" and rep["num_triples"] == 6 and rep["num_positive"] == 3
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["label"] for r in rows] == [t["label"] for t in TRIPLES]
-    # The scores are the transformers model's logits on the same right-padded RM inputs.
+    # The scores are the transformers model's logits on the same right-padded RM inputs: by
+    # default the <question> is the full prompt of the dataset's template ("synthetic": "q = ").
+    assert (rep["question_format"], rep["template"], rep["truncation_side"]) == (
+        "prompt", "synthetic", "left")
     tok = load_tokenizer(rm_dir)
-    ids, mask = tokenize_rm_inputs(
-        tok, [format_rm_input(t["question"], t["reference"], t["completion"]) for t in TRIPLES],
-        48)
+    ids, mask = RMInputFormat(max_len=48, template="synthetic").tokenize_triples(tok, TRIPLES)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(rm_dir)
     with torch.no_grad():
         ref = model(input_ids=torch.tensor(ids, dtype=torch.long),

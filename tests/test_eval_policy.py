@@ -9,6 +9,7 @@ from coop_jax import models, rm_scoring, sampling
 from coop_jax.data import format_prompt, load_split
 from coop_jax.eval import evaluate as ev
 from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.rm_input import RMInputFormat
 from coop_jax.verify import RuleVerifier
 
 # One sampler shape for every test here (4 prompts, 64 prompt tokens, 16 new tokens): the greedy
@@ -172,7 +173,8 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
     scores = np.array([2.0, -1.0, 0.5, 0.7, -0.2, -3.0])
     monkeypatch.setattr(rm_scoring, "score_triples", lambda *a, **k: scores)
     rm_cfg = tiny_model_config(num_labels=1)
-    report, rows = rm_scoring.evaluate_reward_model(None, rm_cfg, None, triples, max_len=64)
+    fmt = RMInputFormat(max_len=64, template="raw")
+    report, rows = rm_scoring.evaluate_reward_model(None, rm_cfg, None, triples, fmt=fmt)
     # predictions: T F T T F F vs labels T F T F T F -> 4/6 right
     assert report["accuracy"]["mean"] == pytest.approx(4 / 6)
     # positives 2.0, 0.5, -0.2 vs negatives -1.0, 0.7, -3.0: 7 of 9 pairs ordered right
@@ -182,4 +184,5 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
     assert report["num_positive"] == report["num_negative"] == 3
     assert [r["predicted"] for r in rows] == [True, False, True, True, False, False]
     with pytest.raises(ValueError, match=r"triples\[0\]\['label'\]"):
-        rm_scoring.evaluate_reward_model(None, rm_cfg, None, [dict(triples[0], label="yes")], max_len=8)
+        rm_scoring.evaluate_reward_model(None, rm_cfg, None, [dict(triples[0], label="yes")],
+                                         fmt=fmt)

@@ -18,7 +18,7 @@ RM_FLAGS = ["--config.reward_model.hidden_size=32", "--config.reward_model.inter
             "--config.reward_model.num_kv_heads=1",
             "--config.reward_model.max_position_embeddings=128"]
 R = "--config.rm_train."  # every coop-train-rm setting is in the config's rm_train section
-MAX_LEN = 112  # the longest synthetic RM input below is 103 characters
+MAX_LEN = 112  # the longest synthetic RM input below is 106 characters
 # Measured on 8 split/init seeds: held-out accuracy reaches 1.0 by epoch 3-7 (12-16 steps each).
 EPOCHS = 10
 
@@ -182,15 +182,19 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     from coop_jax.checkpoint import load_model
     from coop_jax.eval import cli
     from coop_jax.models.tokenizer import load_tokenizer
-    from coop_jax.rm_input import format_rm_input, tokenize_rm_inputs
+    from coop_jax.rm_input import RMInputFormat
     from coop_jax.rm_scoring import score_triples
 
     tmp, summary, held = trained
     cfg, params, meta = load_model(str(tmp / "work"), "rm")
     assert cfg.num_labels == 1 and cfg.hidden_size == 32 and cfg.num_layers == 1
     assert meta["tokenizer"] == "" and meta["config"]["cooper"]["max_len"] == MAX_LEN
+    # trained on the full prompt of the config's template (the default question_format)
+    assert meta["config"]["reward_model"]["question_format"] == "prompt"
+    assert meta["config"]["data"]["prompt_template"] == "synthetic"
+    fmt = RMInputFormat(max_len=MAX_LEN, template="synthetic")
     tok = load_tokenizer()
-    scores = score_triples(params, cfg, tok, held, max_len=MAX_LEN, batch_size=16)
+    scores = score_triples(params, cfg, tok, held, fmt=fmt, batch_size=16)
     labels = np.array([t["label"] for t in held])
     assert np.mean((scores > 0) == labels) == pytest.approx(summary["heldout_accuracy"])
 
@@ -198,9 +202,7 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     # the export spells out head_dim; everything else round-trips
     assert dataclasses.replace(lm.config, head_dim=None) == cfg
     assert lm.pad_token_id == tok.pad_token_id
-    ids, mask = tokenize_rm_inputs(
-        tok, [format_rm_input(t["question"], t["reference"], t["completion"]) for t in held],
-        MAX_LEN)
+    ids, mask = fmt.tokenize_triples(tok, held)
     np.testing.assert_allclose(np.asarray(lm.scores(ids, mask)), scores, atol=1e-4)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp / "hf"))
     with torch.no_grad():

@@ -7,7 +7,9 @@
 
 Writes OUT/report.json and OUT/samples.jsonl. Lengths, template and verifier settings come from
 the config (`data.max_prompt_len`, `rollout.max_new_tokens`, `data.prompt_template`,
-`verifier.*`, `eval.batch_size`, `cooper.max_len`) unless a flag overrides them.
+`verifier.*`, `eval.batch_size`, `cooper.max_len`) unless a flag overrides them. An RM's
+inputs follow its checkpoint's `reward_model.question_format` / `truncation_side` and
+`data.prompt_template` (RMs saved before those options existed: raw questions, tail kept).
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, Synthe
                            load_split)
 from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
-from coop_jax.rm_input import read_triples
+from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
@@ -109,6 +111,10 @@ def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collecti
         config = base_config()
         config.unlock()
         config.update(ml_collections.ConfigDict(meta["config"]))
+        # an RM saved before the input options existed read raw questions
+        trained = trained_input_format(meta["config"])
+        config.reward_model.update(question_format=trained["question_format"],
+                                   truncation_side=trained["truncation_side"])
         overrides = config_flags.get_override_values(f["config"])
         if overrides:
             config.update_from_flattened_dict(overrides)
@@ -160,6 +166,17 @@ def _load_model(f: flags.FlagValues, which: str):
     return cfg, params, tokenizer, config, given, source
 
 
+def _template(f: flags.FlagValues, config, config_given: bool) -> str:
+    """--template, else the config's when --config or a checkpoint gives one, else the dataset's
+    (a policy's prompts, and an RM's `<question>` with reward_model.question_format=prompt)."""
+    template = _pick(f.template, config.data.prompt_template if config_given
+                     else DEFAULT_TEMPLATES.get(_pick(f.dataset, config.data.dataset),
+                                                config.data.prompt_template))
+    if template not in PROMPT_TEMPLATES:
+        raise UsageError(f"--template must be one of {sorted(PROMPT_TEMPLATES)}, got {template!r}")
+    return template
+
+
 def _read_triples(path: str) -> list[dict]:
     try:
         return read_triples(path)
@@ -204,14 +221,19 @@ def summary_lines(report: dict) -> list[str]:
 
 def _evaluate_rm(f, t0: float) -> dict:
 
-    cfg, params, tokenizer, config, _, source = _load_model(f, "rm")
+    cfg, params, tokenizer, config, config_given, source = _load_model(f, "rm")
     if not cfg.is_reward_model:
         raise UsageError("--rm_triples needs a reward model, but the loaded model is a causal LM "
                          "(use a *ForSequenceClassification folder or a checkpoint with an RM)")
     triples = _read_triples(f.rm_triples)
     try:
+        fmt = rm_input_format(config, max_len=_pick(f.max_len, 0),
+                              template=_template(f, config, config_given))
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    try:
         report, rows = evaluate_reward_model(
-            params, cfg, tokenizer, triples, max_len=_pick(f.max_len, config.cooper.max_len),
+            params, cfg, tokenizer, triples, fmt=fmt,
             batch_size=_pick(f.batch_size, config.eval.batch_size))
     except ValueError as e:
         raise UsageError(f"--rm_triples {f.rm_triples}: {e}") from e
@@ -232,10 +254,7 @@ def _evaluate_policy(f, t0: float) -> dict:
     data_dir = _pick(f.data_dir, config.data.data_dir) or None
     if dataset != "synthetic" and not data_dir:
         raise UsageError(f"--data_dir is required for --dataset={dataset}")
-    template = _pick(f.template, config.data.prompt_template if config_given
-                     else DEFAULT_TEMPLATES[dataset])
-    if template not in PROMPT_TEMPLATES:
-        raise UsageError(f"--template must be one of {sorted(PROMPT_TEMPLATES)}, got {template!r}")
+    template = _template(f, config, config_given)
     chat = bool(_pick(f.chat, config.data.chat_template))
     if chat and not getattr(tokenizer, "chat_template", None):
         raise UsageError("--chat (or config.data.chat_template) needs a tokenizer with a chat "

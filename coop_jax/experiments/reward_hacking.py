@@ -31,6 +31,7 @@ from coop_jax import checkpoint, hf, parallel, sft, train, train_rm
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.rm_input import RMInputFormat
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
@@ -120,11 +121,11 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     return paths
 
 
-def heldout_by_kind(rm_dir: str, heldout: list[dict], max_len: int) -> dict:
+def heldout_by_kind(rm_dir: str, heldout: list[dict], fmt: RMInputFormat) -> dict:
     """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...)."""
     cfg, params, meta = checkpoint.load_model(rm_dir, "rm")
     tokenizer = load_tokenizer(meta.get("rm_tokenizer") or None)
-    _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, max_len=max_len)
+    _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, fmt=fmt)
     out: dict[str, dict] = {}
     for t, row in zip(heldout, rows):
         kind = solution_error_kind(t["question"], t["reference"], t["completion"])
@@ -143,7 +144,7 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     summary = train_rm.train_reward_model(config, train_rm.read_triples(train_path), out_dir,
                                           heldout_triples=heldout)
     summary["cpu_seconds"] = time.process_time() - cpu
-    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, train_rm.rm_max_len(config))
+    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, train_rm.rm_input(config))
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import plot_rm_learning_curve

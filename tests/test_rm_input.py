@@ -1,0 +1,77 @@
+"""The RM's input: the <question> text (full prompt by default, as the reference; the raw question
+as an option), the truncation side, and the settings a checkpoint's config records."""
+import numpy as np
+import pytest
+
+from conftest import repo_config
+
+from coop_jax import train_rm
+from coop_jax.config import base_config, validate
+from coop_jax.data import format_prompt
+from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.rm_input import (RMInputFormat, format_rm_input, rm_input_format,
+                               tokenize_rm_inputs, trained_input_format)
+
+QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+
+
+def test_the_rm_question_is_the_full_user_prompt_by_default():
+    c = base_config()
+    c.data.prompt_template = "gsm8k"
+    text = rm_input_format(c).text(QUESTION, "7", "3+4=7. #### 7")
+    prompt = format_prompt("gsm8k", QUESTION)
+    assert prompt != QUESTION and prompt.startswith(QUESTION)
+    assert text == format_rm_input(prompt, "7", "3+4=7. #### 7")
+    assert 'output the final answer after "####".</question>' in text
+    c.reward_model.question_format = "question"
+    assert rm_input_format(c).text(QUESTION, "7", "c") == format_rm_input(QUESTION, "7", "c")
+
+
+def test_coop_train_rm_template_and_the_toy_experiment_pin():
+    c = base_config()
+    assert train_rm.rm_input(c).template == "synthetic"  # data.prompt_template
+    c.rm_train.dataset = "gsm8k"
+    assert train_rm.rm_input(c).template == "gsm8k"  # the dataset's template
+    c.rm_train.update(template="boxed", max_len=77)
+    assert (train_rm.rm_input(c).template, train_rm.rm_input(c).max_len) == ("boxed", 77)
+    # the reward-hacking runs were made with raw questions and must stay reproducible
+    assert repo_config("toy_hacking").reward_model.question_format == "question"
+
+
+@pytest.mark.parametrize("side,kept", [("left", "tail"), ("right", "head")])
+def test_truncation_side(side, kept):
+    tok = load_tokenizer()  # one token per character
+    text = format_rm_input("1+2", "3", "1+2=3. #### 3")
+    ids, mask = tokenize_rm_inputs(tok, [text, "ab"], 20, truncation_side=side)
+    full = tok(text, add_special_tokens=False)["input_ids"]
+    np.testing.assert_array_equal(ids[0], full[-20:] if kept == "tail" else full[:20])
+    assert mask[0].all() and mask[1].tolist() == [True] * 2 + [False] * 18  # right-padded
+    decoded = tok.decode(ids[0])
+    assert decoded.endswith("#### 3</completion>") == (side == "left")
+    assert decoded.startswith("<question>") == (side == "right")
+    fmt = RMInputFormat(max_len=20, template="raw", truncation_side=side)
+    np.testing.assert_array_equal(fmt.tokenize(tok, [("1+2", "3", "1+2=3. #### 3")])[0], ids[:1])
+
+
+def test_bad_settings_name_the_field():
+    c = base_config()
+    c.reward_model.truncation_side = "middle"
+    with pytest.raises(ValueError, match=r"config.reward_model.truncation_side must be one of "
+                                         r"\['left', 'right'\]"):
+        validate(c)
+    with pytest.raises(ValueError, match="config.reward_model.question_format"):
+        RMInputFormat(max_len=8, template="raw", question_format="raw")
+    with pytest.raises(ValueError, match="config.reward_model.truncation_side"):
+        tokenize_rm_inputs(load_tokenizer(), ["x"], 4, truncation_side="tail")
+    with pytest.raises(ValueError, match="unknown prompt template 'nope'"):
+        RMInputFormat(max_len=8, template="nope")
+
+
+def test_trained_input_format_of_old_and_new_checkpoints():
+    # saved before the options existed: raw questions, the tail kept
+    old = {"cooper": {"max_len": 64}, "data": {"prompt_template": "synthetic"},
+           "reward_model": {"hidden_size": 32}}
+    assert trained_input_format(old) == {"max_len": 64, "template": "synthetic",
+                                         "question_format": "question", "truncation_side": "left"}
+    new = base_config().to_dict()
+    assert trained_input_format(new)["question_format"] == "prompt"
