@@ -64,9 +64,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, learning_rate=1e-3,
                                            warmup_steps=20, max_len=96, corrupt_fraction=0.0))
 
+    # overlap: one-step off-policy rollouts; step t's update trains on rollouts of the policy
+    # before update t-1, prepared on the host (decode, verify, pairs) while the device updates
     c.rollout = ml_collections.ConfigDict(dict(
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
-        top_p=1.0))
+        top_p=1.0, overlap=False))
 
     c.rl = ml_collections.ConfigDict(dict(
         advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
@@ -252,6 +254,14 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if c.rl.dynamic_sampling and source.device != "batch":
         raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
                          f"{c.reward.type!r} computes them on device")
+    if c.rollout.overlap and c.rl.dynamic_sampling:
+        raise ValueError("config.rollout.overlap does not support rl.dynamic_sampling=True (its "
+                         "draw count depends on the rewards, so the next batch cannot be sampled "
+                         "ahead); set one of them to False")
+    if c.rollout.overlap and (source.needs_teacher or source.before_step is not None):
+        raise ValueError(f"config.rollout.overlap is not supported with reward.type="
+                         f"{c.reward.type!r}: its per-step hook (the EMA teacher) changes the "
+                         "state the next batch would be sampled from; set rollout.overlap=False")
 
 
 def validate_rm_train(r: ml_collections.ConfigDict) -> None:

@@ -9,6 +9,9 @@ One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), in the order `Trainer.run` 
   pairs         Cooper only: (positive, negative) pairs for the RM update (`cooper.build_pairs`)
   update        one compiled step (`train_step`): rewards on device, advantages, policy (and RM)
   log / eval / checkpoint
+With `rollout.overlap` (one-step off-policy, `RolloutFeed`), the rollouts of step t+1 are sampled by
+the parameters update t starts from, and their host half (score, pairs) runs in a thread while the
+device updates.
 Resumes from the newest checkpoint in DIR; SIGTERM saves and exits.
 """
 from __future__ import annotations
@@ -201,8 +204,8 @@ class Trainer:
                                     donate=self.config.train.nan_policy == "error")
         return self.step_fn(self.state, batch)
 
-    def meta(self, step: int, pipeline, extra: dict) -> dict:
-        meta = {"step": step, "data": pipeline.state(), "config": self.config.to_dict(),
+    def meta(self, step: int, extra: dict) -> dict:
+        meta = {"step": step, "config": self.config.to_dict(),
                 "tokenizer": _tokenizer_path(self.config),
                 "policy_model_config": checkpoint.model_config_to_dict(self.policy_cfg)}
         if self.rm_cfg is not None:
@@ -219,6 +222,13 @@ class HostTools:
     verifier: RuleVerifier
     background: concurrent.futures.ThreadPoolExecutor  # rule labels that nothing waits on
     rewriter: Callable | None = None                    # a negative strategy's assistant
+
+
+@dataclasses.dataclass
+class Samples:
+    """A step's sampler outputs, device arrays that may still be being computed."""
+    outs: list                             # sampling.Rollouts, one per trained view
+    teacher: sampling.Rollouts | None = None  # the EMA teacher's (needs_teacher)
 
 
 @dataclasses.dataclass
@@ -240,27 +250,35 @@ def _view_keys(run: Trainer) -> tuple[str, ...]:
     return ("question", run.config.data.rephrase_field)[:run.source.num_views]
 
 
-def _generate(run: Trainer, params, records, key, question_key="question"):
+def _rollout_key(run: Trainer, step: int, draw: int = 0):
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(run.config.seed), step), draw)
+
+
+def _generate(run: Trainer, params, records, key, question_key="question") -> sampling.Rollouts:
     ids, mask = data.tokenize_prompts(run.tokenizer, _prompts(run.config, run.tokenizer, records,
                                                               question_key),
                                       run.config.data.max_prompt_len)
-    out = run.sample(params, ids, mask, key)
-    return out, sampling.decode_texts(run.tokenizer, out)
+    return run.sample(params, ids, mask, key)
 
 
-def sample_rollouts(run: Trainer, records: list[dict], key) -> Rollouts:
-    """G rollouts of every prompt under the current policy (one set per view) and, where the
-    reward needs it, under the EMA teacher."""
-    policy = run.state.policy.params
-    outs, texts = [], []
-    for view, question_key in enumerate(_view_keys(run)):
-        out, decoded = _generate(run, policy, records, jax.random.fold_in(key, view), question_key)
-        outs.append(out)
-        texts.append(decoded)
+def sample_rollouts(run: Trainer, records: list[dict], key, params=None) -> Samples:
+    """G rollouts of every prompt under `params` (default: the current policy), one set per view,
+    and, where the reward needs it, under the EMA teacher. Only dispatched: the device computes
+    them while the caller goes on."""
+    params = run.state.policy.params if params is None else params
+    outs = [_generate(run, params, records, jax.random.fold_in(key, view), question_key)
+            for view, question_key in enumerate(_view_keys(run))]
     teacher = None
     if run.source.needs_teacher:
-        _, teacher = _generate(run, run.state.ref_params, records, jax.random.fold_in(key, 2))
-    return Rollouts(outs, texts, teacher)
+        teacher = _generate(run, run.state.ref_params, records, jax.random.fold_in(key, 2))
+    return Samples(outs, teacher)
+
+
+def decode_rollouts(run: Trainer, samples: Samples) -> Rollouts:
+    """The samples' texts (waits for the sampler)."""
+    decode = lambda out: sampling.decode_texts(run.tokenizer, out)
+    teacher = None if samples.teacher is None else decode(samples.teacher)
+    return Rollouts(samples.outs, [decode(out) for out in samples.outs], teacher)
 
 
 def score_rollouts(run: Trainer, records: list[dict], rollouts: Rollouts, tools: HostTools):
@@ -289,11 +307,14 @@ def _view_batch(run: Trainer, out, host_rewards: np.ndarray) -> dict:
         c.rl.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths), jnp.asarray(truncated),
         max_len=c.rollout.max_new_tokens, cache_len=c.rl.overlong_cache_len,
         factor=c.rl.overlong_factor)
-    return {"prompt_tokens": np.asarray(out.prompt_tokens),
-            "prompt_mask": np.asarray(out.prompt_mask), "tokens": np.asarray(out.tokens),
-            "mask": np.asarray(out.mask), "rewards": host_rewards.astype(np.float32),
-            "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
-            "loss_weight": np.asarray(loss_weight, np.float32)}
+    batch = {"prompt_tokens": np.asarray(out.prompt_tokens),
+             "prompt_mask": np.asarray(out.prompt_mask), "tokens": np.asarray(out.tokens),
+             "mask": np.asarray(out.mask), "rewards": host_rewards.astype(np.float32),
+             "reward_bonus": np.asarray(shaped, np.float32) - host_rewards.astype(np.float32),
+             "loss_weight": np.asarray(loss_weight, np.float32)}
+    if c.rollout.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step old
+        batch["behaviour_logprobs"] = np.asarray(out.logprobs, np.float32)
+    return batch
 
 
 def make_batch(run: Trainer, records, rollouts: Rollouts, host_rewards, labels, pending) -> dict:
@@ -321,13 +342,20 @@ def rm_pairs(run: Trainer, step: int, records, texts, labels, extracted, tools: 
 
 
 def collect(run: Trainer, step: int, records: list[dict], tools: HostTools, draw: int = 0):
-    """The host half of one step: rollouts, rewards and (for Cooper) pairs.
+    """Rollouts of the current policy, then the host half of the step (`prepare_batch`)."""
+    samples = sample_rollouts(run, records, _rollout_key(run, step, draw))
+    return prepare_batch(run, step, records, samples, tools)
+
+
+def prepare_batch(run: Trainer, step: int, records: list[dict], samples: Samples,
+                  tools: HostTools):
+    """The host half of one step, from its samples: decoded texts, rewards, the batch and (for
+    Cooper) pairs.
 
     Returns (batch, metrics, pending); `pending` as in `score_rollouts`.
     """
-    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(run.config.seed), step), draw)
     t0 = time.perf_counter()
-    rollouts = sample_rollouts(run, records, key)
+    rollouts = decode_rollouts(run, samples)
     t1 = time.perf_counter()
     host_rewards, labels, extracted, pending, metrics = score_rollouts(run, records, rollouts,
                                                                        tools)
@@ -361,6 +389,85 @@ def collect_informative(run: Trainer, step: int, pipeline, tools: HostTools):
     groups, stats = rl.fill_batch(draw, run.B, run.config.rl.dynamic_max_draws)
     batch = {k: v.reshape((run.B * run.G,) + v.shape[2:]) for k, v in groups.items()}
     return batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()}
+
+
+PENDING_ROLLOUTS = "pending_rollouts"  # the checkpoint item of rollout.overlap's next batch
+
+
+@dataclasses.dataclass
+class _Ahead:
+    """rollout.overlap's next batch while it is being prepared."""
+    step: int
+    data_state: dict  # the prompt pipeline's position before its prompts
+    samples: Samples
+    prepared: concurrent.futures.Future  # of prepare_batch's (batch, metrics, pending)
+
+
+class RolloutFeed:
+    """Where each step's batch comes from.
+
+    By default in series: the step samples with the current policy, then runs its host half.
+    With `rollout.overlap` (one step off-policy, as verl's and TRL's async modes): `next(t)` hands
+    over batch t, sampled by the parameters update t-1 started from and prepared in a thread while
+    the device ran update t-1; then it dispatches the sampling of batch t+1 with the current
+    parameters (before update t donates them) and prepares it in the thread while update t runs.
+    Step 0 (and a run resumed without pending rollouts) samples on-policy. The update's PPO ratio
+    uses the sampler's behaviour log-probs (`behaviour_logprobs`).
+
+    A checkpoint holds the pending batch's sampler outputs (`PENDING_ROLLOUTS`) and the data
+    position before its prompts; a resumed run prepares them again (decoding, verification and
+    pairs are deterministic), so it continues as the uninterrupted run does.
+    """
+
+    def __init__(self, run: Trainer, pipeline, tools: HostTools, stack: contextlib.ExitStack):
+        self.run, self.pipeline, self.tools = run, pipeline, tools
+        self.overlap = run.config.rollout.overlap
+        self.ahead: _Ahead | None = None
+        self.executor = None
+        if self.overlap:
+            self.executor = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="coop-rollouts"))
+
+    def next(self, step: int) -> tuple[dict, dict, concurrent.futures.Future | None]:
+        """(batch, host metrics, pending rule labels) of `step`."""
+        run, c = self.run, self.run.config
+        if not self.overlap:
+            if c.rl.dynamic_sampling:
+                return *collect_informative(run, step, self.pipeline, self.tools), None
+            return collect(run, step, self.pipeline.next_batch(), self.tools)
+        if self.ahead is None:
+            self._prepare_ahead(step)
+        t0 = time.perf_counter()
+        batch, metrics, pending = self.ahead.prepared.result()
+        metrics["time/rollout_wait"] = time.perf_counter() - t0
+        self.ahead = None
+        if step + 1 < c.train.steps:
+            self._prepare_ahead(step + 1)
+        return batch, metrics, pending
+
+    def _prepare_ahead(self, step: int, samples: Samples | None = None) -> None:
+        data_state = self.pipeline.state()
+        records = self.pipeline.next_batch()
+        if samples is None:
+            samples = sample_rollouts(self.run, records, _rollout_key(self.run, step))
+        prepared = self.executor.submit(prepare_batch, self.run, step, records, samples,
+                                        self.tools)
+        self.ahead = _Ahead(step, data_state, samples, prepared)
+
+    def checkpoint(self) -> tuple[dict, dict]:
+        """(meta entries, host items) that let a resumed run continue from here."""
+        if self.ahead is None:
+            return {"data": self.pipeline.state(), PENDING_ROLLOUTS: False}, {}
+        views = [{k: np.asarray(v) for k, v in out._asdict().items()}
+                 for out in self.ahead.samples.outs]
+        return ({"data": self.ahead.data_state, PENDING_ROLLOUTS: True},
+                {PENDING_ROLLOUTS: {"views": views}})
+
+    def resume(self, step: int, meta: dict) -> None:
+        """After the pipeline's restore: prepare the checkpoint's pending batch of `step` again."""
+        if self.overlap and meta.get(PENDING_ROLLOUTS) and step < self.run.config.train.steps:
+            saved = self.run.ckpt.load_host_item(PENDING_ROLLOUTS)
+            self._prepare_ahead(step, Samples([sampling.Rollouts(**v) for v in saved["views"]]))
 
 
 def finish_rule_labels(pending, step_metrics: dict) -> dict:
@@ -428,6 +535,11 @@ def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVe
                                                       c.verifier.timeout_s))
 
 
+def save_checkpoint(run: Trainer, feed: RolloutFeed, done: int, extra: dict) -> None:
+    feed_meta, host_items = feed.checkpoint()
+    run.ckpt.save(done, run.state, run.meta(done, extra | feed_meta), host_items=host_items)
+
+
 def run_loop(run: Trainer) -> dict:
     c = run.config
     pipeline = data.PromptPipeline(run.train_records, batch_size=run.B, seed=c.seed)
@@ -440,9 +552,11 @@ def run_loop(run: Trainer) -> dict:
         tools = HostTools(verifier, background)
         if run.source.trains_rm and cooper.negative_strategy(c.cooper.negative).needs_assistant:
             tools.rewriter = cooper.make_rewriter(c, run.mesh)
+        feed = RolloutFeed(run, pipeline, tools, stack)
         if run.resuming:
             run.state, meta = run.ckpt.restore(run.state)
             pipeline.restore(meta["data"])
+            feed.resume(int(run.state.step), meta)
             extra = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy",
                                               "initial_headline_accuracy")}
             extra["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
@@ -453,7 +567,7 @@ def run_loop(run: Trainer) -> dict:
                      "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
                      "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
                      "wall_seconds_before": 0.0}
-            run.ckpt.save(0, run.state, run.meta(0, pipeline, extra))
+            save_checkpoint(run, feed, 0, extra)
         start = int(run.state.step)
         writer = MetricWriter(run.workdir, start if run.resuming else None)
         if not run.resuming:  # step 0 of the curves: the policy (and RM) before RL
@@ -466,11 +580,7 @@ def run_loop(run: Trainer) -> dict:
             metrics = {}
             if run.source.before_step is not None:
                 run.state, metrics = run.source.before_step(run.state, step, c)
-            pending = None
-            if c.rl.dynamic_sampling:
-                batch, host_metrics = collect_informative(run, step, pipeline, tools)
-            else:
-                batch, host_metrics, pending = collect(run, step, pipeline.next_batch(), tools)
+            batch, host_metrics, pending = feed.next(step)
             metrics.update(host_metrics)
 
             t0 = time.perf_counter()
@@ -505,8 +615,7 @@ def run_loop(run: Trainer) -> dict:
                             acc=f"{row.get('rule_accuracy', 0):.3f}")
             if stop["flag"] or _due(done, c.train.checkpoint_every, last):
                 wall = extra["wall_seconds_before"] + time.time() - start_time
-                run.ckpt.save(done, run.state, run.meta(
-                    done, pipeline, extra | {"wall_seconds_before": wall}))
+                save_checkpoint(run, feed, done, extra | {"wall_seconds_before": wall})
             if stop["flag"]:
                 log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
                 writer.close()

@@ -54,3 +54,20 @@ def test_cooper_rm_optimiser_defaults_follow_the_reference():
     c.cooper.no_pair_step = "never"
     with pytest.raises(ValueError, match="cooper.no_pair_step must be one of"):
         config_lib.validate(c)
+
+
+def test_rollout_overlap_is_off_by_default_and_rejects_what_it_cannot_sample_ahead():
+    c = config_lib.base_config()
+    assert c.rollout.overlap is False
+    c.rollout.overlap = True
+    config_lib.validate(c)
+    c.rl.dynamic_sampling = True
+    with pytest.raises(ValueError, match=r"rollout\.overlap .*rl\.dynamic_sampling"):
+        config_lib.validate(c)
+    c.rl.dynamic_sampling = False
+    c.reward.type = "cooper"
+    c.cooper.negative = "perturb"
+    config_lib.validate(c)  # Cooper's pairs are built in the overlapped host half
+    c.reward.type = "corewarding_2"
+    with pytest.raises(ValueError, match=r"rollout\.overlap .*corewarding_2"):
+        config_lib.validate(c)

@@ -83,20 +83,71 @@ def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
         trainer.run()
 
 
-def _cli(workdir, steps, env):
+def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
+    """rollout.overlap: batch 0 is the on-policy batch of step 0 (what a run without overlap
+    samples), batch t >= 1 is what the parameters update t-1 started from sample at step t; the
+    PPO ratio uses those behaviour log-probs."""
+    import dataclasses
+
+    import jax
+
+    from coop_jax import data
+    from coop_jax.train_step import _logprobs
+    c = tiny_config()
+    c.rollout.overlap = True
+    c.train.steps = 3
+    trainer = train.Trainer(c, str(tmp_path))
+    # the untrained tiny policy is never right: alternate rewards give every group a signal
+    alternate = lambda x: ([np.arange(len(x.views[0])) % 2 * 1.0], {})
+    trainer.source = dataclasses.replace(trainer.source, host=alternate)
+    update, seen = trainer.update, []
+
+    def recording(batch):  # the parameters each update starts from (donated by the update)
+        seen.append((batch, jax.tree_util.tree_map(lambda x: x.copy(),
+                                                   trainer.state.policy.params)))
+        return update(batch)
+
+    trainer.update = recording
+    trainer.run()
+    rows = _rows(tmp_path)[1:]
+    for r in rows:
+        assert np.isfinite(r["loss"]) and 0.0 <= r["rule_accuracy"] <= 1.0
+        assert r["time/rollout_wait"] >= 0.0
+        assert r["advantage_abs_mean"] > 0 and r["grad_norm"] > 0  # a learning signal
+    # step 0 samples on-policy: its ratio is 1 up to the sampler's numerics; later steps' is not
+    assert rows[0]["approx_kl_old"] < 1e-6 and rows[0]["ratio_mean"] == pytest.approx(1, abs=1e-3)
+    assert rows[1]["approx_kl_old"] > 1e-6
+    pipeline = data.PromptPipeline(trainer.train_records, batch_size=trainer.B, seed=c.seed)
+    for step, (batch, params) in enumerate(seen):
+        behaviour = seen[max(step - 1, 0)][1]
+        out = train.sample_rollouts(trainer, pipeline.next_batch(),
+                                    train._rollout_key(trainer, step), params=behaviour).outs[0]
+        np.testing.assert_array_equal(batch["tokens"], np.asarray(out.tokens))
+        np.testing.assert_allclose(batch["behaviour_logprobs"], np.asarray(out.logprobs),
+                                   atol=1e-6)
+        if step:  # the update's own parameters are one step ahead of the behaviour policy
+            own = np.asarray(_logprobs(params, trainer.step_cfg, batch)[0]) * batch["mask"]
+            assert np.abs(own - batch["behaviour_logprobs"]).max() > 1e-4
+
+
+def _cli(workdir, steps, overlap=False):
     return [sys.executable, "-m", "coop_jax.train", f"--config={TINY}", f"--workdir={workdir}",
-            f"--config.train.steps={steps}", "--config.train.checkpoint_every=2"]
+            f"--config.train.steps={steps}", "--config.train.checkpoint_every=2",
+            f"--config.rollout.overlap={overlap}"]
 
 
-def test_kill9_resume_matches_uninterrupted_run(tmp_path):
+# rollout.overlap: the step-2 checkpoint holds step 2's pending rollouts (sampled by the step-1
+# parameters); the resumed run prepares them again instead of sampling with the step-2 ones
+@pytest.mark.parametrize("overlap", [False, True], ids=["series", "overlap"])
+def test_kill9_resume_matches_uninterrupted_run(tmp_path, overlap):
     # The three processes share a persistent compilation cache: only the first one compiles.
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     steps = 4
     full, killed = tmp_path / "full", tmp_path / "killed"
-    subprocess.run(_cli(full, steps, env), check=True, env=env, capture_output=True, timeout=600)
-    proc = subprocess.Popen(_cli(killed, steps, env), env=env, stdout=subprocess.DEVNULL,
+    subprocess.run(_cli(full, steps, overlap), check=True, env=env, capture_output=True, timeout=600)
+    proc = subprocess.Popen(_cli(killed, steps, overlap), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline:  # kill -9 once step 3 ran (after the step-2 checkpoint)
@@ -109,12 +160,16 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path):
         time.sleep(0.05)
     proc.wait(timeout=60)
     assert not os.path.exists(killed / "summary.json")
-    subprocess.run(_cli(killed, steps, env), check=True, env=env, capture_output=True,
+    subprocess.run(_cli(killed, steps, overlap), check=True, env=env, capture_output=True,
                    timeout=600)
     volatile = ("time/", "tokens_per_second")
     strip = lambda r: {k: v for k, v in r.items() if not k.startswith(volatile)}
     a, b = _rows(full), _rows(killed)
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4]
+    from coop_jax import checkpoint
+    ckpt = checkpoint.Checkpointer(str(killed / "checkpoints"))
+    assert ckpt.read_meta(2)["pending_rollouts"] is overlap
+    ckpt.close()
     for ra, rb in zip(a[3:], b[3:]):
         ka, kb = strip(ra), strip(rb)
         assert ka.keys() == kb.keys()
