@@ -136,6 +136,9 @@ def rm_train_section() -> ml_collections.ConfigDict:
         overlong="drop", max_chars=8000,
         max_len=0, log_every=10,
         heldout_every=0,  # also evaluate the held-out triples every N steps (0: per epoch only)
+        # a resumable checkpoint (parameters, AdamW state, data position) every N steps; a rerun on
+        # the same workdir resumes from the latest (0: only the final, parameters-only one)
+        checkpoint_every=50,
         seed=0))
 
 
@@ -273,7 +276,7 @@ def validate_rm_train(r: ml_collections.ConfigDict) -> None:
                  "judge_concurrency", "judge_max_tokens"):
         _positive(r[name], f"rm_train.{name}")
     for name in ("num_examples", "max_len", "max_prompt_len", "max_new_tokens", "heldout_every",
-                 "weight_decay", "grad_clip"):
+                 "checkpoint_every", "weight_decay", "grad_clip"):
         _positive(r[name], f"rm_train.{name}", allow_zero=True)
     _positive(r.learning_rate, "rm_train.learning_rate")
     if not 0 <= r.warmup_ratio < 1:

@@ -19,8 +19,9 @@ def _jsonable(value):
 
 
 class MetricWriter:
-    def __init__(self, workdir: str, resume_step: int | None = None, tensorboard: bool = True):
-        self.path = os.path.join(workdir, "metrics.jsonl")
+    def __init__(self, workdir: str, resume_step: int | None = None, tensorboard: bool = True,
+                 filename: str = "metrics.jsonl"):
+        self.path = os.path.join(workdir, filename)
         if resume_step is not None and os.path.exists(self.path):
             # Drop steps written after the checkpoint we resume from: they will be redone.
             rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]

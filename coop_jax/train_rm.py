@@ -49,6 +49,7 @@ from coop_jax import config as config_lib
 from coop_jax.build import load_model
 from coop_jax.cooper import chat_completions_url
 from coop_jax.console import parse_flags, run_console
+from coop_jax.metrics_writer import MetricWriter
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import (TRIPLE_KEYS, RMInputFormat, check_triples,  # noqa: F401
                                read_triples, rm_input_format, write_triples)
@@ -307,22 +308,66 @@ def rm_input(config) -> RMInputFormat:
     return rm_input_format(config, max_len=r.max_len, template=template)
 
 
+# rm_training entries a rerun must share with the run in its workdir to resume it
+RESUME_KEYS = ("num_train", "epochs", "batch_size", "micro_batches", "seed", "learning_rate",
+               "weight_decay", "warmup_ratio", "schedule", "grad_clip", "overlong", "max_chars",
+               "init_hf", "max_len", "template", "question_format", "truncation_side")
+
+
+def _checkpoint_meta(config, fmt: RMInputFormat, cfg, tok_path: str, num_train: int) -> dict:
+    """The meta every checkpoint carries: what `checkpoint.load_model(DIR, "rm")`, coop-eval and
+    coop-train's `cooper.rm_checkpoint` read, and the settings a resume must match."""
+    saved_config = config.copy_and_resolve_references()
+    # coop-eval and coop-train read the RM's input settings here
+    saved_config.cooper.max_len, saved_config.data.prompt_template = fmt.max_len, fmt.template
+    if config.rm_train.init_hf:
+        saved_config.reward_model.hf_path = config.rm_train.init_hf
+    return {"config": json.loads(json.dumps(saved_config.to_dict())),
+            "tokenizer": tok_path, "rm_tokenizer": tok_path,
+            "rm_model_config": checkpoint.model_config_to_dict(cfg),
+            "rm_training": config.rm_train.to_dict() | dataclasses.asdict(fmt)
+            | {"num_train": num_train}}
+
+
+def _saved_progress(ckpt: checkpoint.Checkpointer, meta: dict, workdir: str) -> dict | None:
+    """The progress saved by the run in `workdir` (None: nothing to resume); a checkpoint of
+    another run there is an error naming the setting that differs."""
+    if ckpt.latest_step() is None:
+        return None
+    saved = ckpt.read_meta()
+    if "rm_progress" not in saved:
+        raise ValueError(f"workdir {workdir!r} holds checkpoints/ that coop-train-rm cannot "
+                         "resume (another kind of run, or an RM saved before resumable "
+                         "training); pass a fresh workdir")
+    for key in RESUME_KEYS:
+        was, now = saved["rm_training"].get(key), meta["rm_training"].get(key)
+        if was != now:
+            raise ValueError(f"workdir {workdir!r} holds an RM training with {key}={was!r}, this "
+                             f"run has {now!r}; rerun with the same settings to resume it, or "
+                             "pass a fresh workdir")
+    return saved["rm_progress"]
+
+
 def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                        heldout_triples: Sequence[dict] | None = None) -> dict:
     """Train `config.reward_model` (or `rm_train.init_hf`) with BCE on labelled triples, with
     the `rm_train` section's settings; writes checkpoints/, rm_metrics.jsonl, rm_summary.json (and
-    an HF folder with `rm_train.export_hf`)."""
+    an HF folder with `rm_train.export_hf`).
+
+    Every `rm_train.checkpoint_every` steps a checkpoint holds the RM's parameters and AdamW
+    state, and its meta the data position (epoch, batch, the shuffling RNG at the epoch's start,
+    the epoch's losses so far): rerun on the same workdir, training resumes from the latest one
+    and writes the same rm_metrics.jsonl rows and final parameters as an uninterrupted run. The
+    final checkpoint holds the parameters only (an RM is for scoring; AdamW's moments would
+    triple its size); a rerun of a finished run only re-exports and rewrites the summary.
+    """
     t0 = time.time()
     config_lib.validate_rm_train(config.rm_train)
     opts, fmt = config.rm_train, rm_input(config)
     eval_batch = config.eval.batch_size
-    labels = np.asarray(check_triples(train_triples), np.float32)
+    check_triples(train_triples)
     if heldout_triples:
         check_triples(heldout_triples)
-    ckpt_dir = os.path.join(workdir, "checkpoints")
-    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
-        raise ValueError(f"workdir {workdir!r} already holds a checkpoints/ folder; pass a fresh "
-                         "workdir")
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -349,19 +394,32 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                     "start" if fmt.truncation_side == "left" else "end")
 
     os.makedirs(workdir, exist_ok=True)
+    meta = _checkpoint_meta(config, fmt, cfg, tok_path, len(train_triples))
+    ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), keep=1)
     rng = np.random.default_rng(opts.seed)
-    step, epoch_loss, held = 0, float("nan"), {}
-    with open(os.path.join(workdir, "rm_metrics.jsonl"), "w") as metrics_file:
-        def write(row):
-            metrics_file.write(json.dumps(row) + "\n")
-            metrics_file.flush()
-
-        if heldout_triples:
-            held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt, eval_batch)
-            write({"step": 0, "epoch": 0} | held)
-        for epoch in range(1, opts.epochs + 1):
-            losses = []
-            for idx, weight in _batches(len(train_triples), opts.batch_size, rng):
+    progress = _saved_progress(ckpt, meta, workdir)
+    resumed_from = None if progress is None else ckpt.latest_step()
+    if progress is None:
+        progress = {"epoch": 1, "batch": 0, "rng": rng.bit_generator.state, "losses": [],
+                    "epoch_loss": float("nan"), "held": {}, "done": False}
+    elif not progress["done"]:
+        state = ckpt.restore(TrainState(np.asarray(0, np.int32), None, None, state))[0].rm
+        log.info("resuming RM training from step %d", resumed_from)
+    step = resumed_from or 0
+    writer = MetricWriter(workdir, resumed_from, tensorboard=False, filename="rm_metrics.jsonl")
+    try:
+        if heldout_triples and resumed_from is None:
+            progress["held"] = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt,
+                                            eval_batch)
+            writer.write(0, {"epoch": 0} | progress["held"])
+        rng.bit_generator.state = progress["rng"]
+        # a finished run's progress is past the last epoch
+        for epoch in range(progress["epoch"], opts.epochs + 1):
+            epoch_rng = rng.bit_generator.state
+            batches = list(_batches(len(train_triples), opts.batch_size, rng))
+            losses = list(progress["losses"])
+            for b in range(progress["batch"], len(batches)):
+                idx, weight = batches[b]
                 ids, mask = fmt.tokenize_triples(tokenizer, [train_triples[i] for i in idx])
                 host = {"tokens": ids, "mask": mask, "labels": labels[idx], "weight": weight}
                 batch = {k: jax.device_put(v, batch_sh[k]) for k, v in host.items()}
@@ -372,45 +430,49 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                     raise FloatingPointError(f"non-finite RM loss at step {step}")
                 losses.append(metrics["loss"])
                 if step % opts.log_every == 0:
-                    write({"step": step, "epoch": epoch} | metrics)
+                    writer.write(step, {"epoch": epoch} | metrics)
                 if heldout_triples and opts.heldout_every and step % opts.heldout_every == 0:
-                    write({"step": step, "epoch": epoch} | _heldout_row(
+                    writer.write(step, {"epoch": epoch} | _heldout_row(
                         state.params, cfg, tokenizer, heldout_triples, fmt, eval_batch))
-            epoch_loss = float(np.mean(losses))
-            row = {"step": step, "epoch": epoch, "train/epoch_loss": epoch_loss}
-            if heldout_triples:
-                held = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt,
-                                    eval_batch)
-                row |= held
-            write(row)
-            log.info("epoch %d: %s", epoch, row)
-
-    saved_config = config.copy_and_resolve_references()
-    # coop-eval and coop-train read the RM's input settings here
-    saved_config.cooper.max_len, saved_config.data.prompt_template = fmt.max_len, fmt.template
-    if opts.init_hf:
-        saved_config.reward_model.hf_path = opts.init_hf
-    meta = {"step": step, "config": json.loads(json.dumps(saved_config.to_dict())),
-            "tokenizer": tok_path, "rm_tokenizer": tok_path,
-            "rm_model_config": checkpoint.model_config_to_dict(cfg),
-            "rm_training": opts.to_dict() | dataclasses.asdict(fmt)
-            | {"num_train": len(train_triples)}}
-    # Parameters only (the RM is for scoring; the optimizer state would triple the size),
-    # gathered to this host first: single-process training, and orbax writes host arrays fast.
-    host_params = jax.device_get(state.params)
-    ckpt = checkpoint.Checkpointer(ckpt_dir, keep=1)
-    ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None,
-                               ModelState(host_params, None)), meta)
-    ckpt.close()
+                if b + 1 < len(batches):
+                    progress |= {"epoch": epoch, "batch": b + 1, "rng": epoch_rng,
+                                 "losses": list(losses)}
+                else:  # the epoch's end: its row, then the next epoch's start
+                    row = {"epoch": epoch, "train/epoch_loss": float(np.mean(losses))}
+                    if heldout_triples:
+                        progress["held"] = _heldout_row(state.params, cfg, tokenizer,
+                                                        heldout_triples, fmt, eval_batch)
+                        row |= progress["held"]
+                    writer.write(step, row)
+                    log.info("epoch %d: %s", epoch, row)
+                    progress |= {"epoch": epoch + 1, "batch": 0, "rng": rng.bit_generator.state,
+                                 "losses": [], "epoch_loss": row["train/epoch_loss"]}
+                if opts.checkpoint_every and step % opts.checkpoint_every == 0 and step < total:
+                    ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None, state),
+                              meta | {"step": step, "rm_progress": progress})
+        if progress["done"]:
+            host_params = jax.device_get(ckpt.load_item("rm_params"))
+        else:
+            # gathered to this host first: single-process training, and orbax writes host
+            # arrays fast
+            host_params = jax.device_get(state.params)
+            progress["done"] = True
+            ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None,
+                                       ModelState(host_params, None)),
+                      meta | {"step": step, "rm_progress": progress})
+    finally:
+        writer.close()
+        ckpt.close()
     if opts.export_hf:
         pad = int(tokenizer.pad_token_id)
         hf_config = dict(base_hf or {}, pad_token_id=pad)
         hf.save(hf.HFModel(cfg, host_params, hf_config, source=tok_path or CHAR_TOKENIZER_DIR),
                 opts.export_hf)
+    held = progress["held"]
     summary = {"num_train": len(train_triples),
                "num_heldout": len(heldout_triples) if heldout_triples else 0,
                "train_balance": label_balance(train_triples), "epochs": opts.epochs,
-               "steps": step, "final_train_loss": epoch_loss,
+               "steps": step, "final_train_loss": progress["epoch_loss"],
                "heldout_accuracy": held.get("heldout/accuracy"),
                "heldout_accuracy_ci": held.get("heldout/accuracy_ci"),
                "heldout_auc": held.get("heldout/auc"), "truncated_fraction": truncated,
@@ -418,7 +480,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                "effective_batch": opts.batch_size, "micro_batches": opts.micro_batches,
                "max_len": fmt.max_len, "question_format": fmt.question_format,
                "truncation_side": fmt.truncation_side, "template": fmt.template,
-               "wall_seconds": time.time() - t0,
+               "resumed_from_step": resumed_from, "wall_seconds": time.time() - t0,
                "checkpoint": os.path.join(os.path.abspath(workdir), "checkpoints"),
                "export_hf": os.path.abspath(opts.export_hf) if opts.export_hf else None}
     with open(os.path.join(workdir, "rm_summary.json"), "w") as fh:

@@ -2,6 +2,7 @@
 trained on synthetic triples, and its checkpoint / HF export read back."""
 import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -244,9 +245,12 @@ def test_train_errors_name_the_field(tmp_path, trained):
     with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
         train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
                        R + f"workdir={tmp_path / 'w'}"])
-    with pytest.raises(UsageError, match="already holds a checkpoints/ folder"):
+    # a rerun on a workdir resumes the run there, so it must have the same settings
+    with pytest.raises(UsageError, match=r"holds an RM training with epochs=10, this run has 3"):
         train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
                        R + f"workdir={tmp / 'work'}", *RM_FLAGS])
+    with pytest.raises(UsageError, match="config.rm_train.checkpoint_every must be >= 0"):
+        train_rm.main(["coop-train-rm", R + "mode=train", R + "checkpoint_every=-1"])
     with pytest.raises(UsageError, match="config.rm_train.learning_rate must be > 0"):
         train_rm.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])
 
@@ -305,3 +309,60 @@ def test_linear_schedule_and_overlong_triples():
     opts.overlong, opts.mode = "keep", "train"
     with pytest.raises(ValueError, match="rm_train.overlong must be one of"):
         config_lib.validate_rm_train(opts)
+
+
+def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
+    """Interrupted twice (mid-epoch, then just after an epoch's end) and rerun on its workdir,
+    coop-train-rm writes the same rm_metrics.jsonl rows and final parameters as an uninterrupted
+    run; a rerun of the finished run trains nothing."""
+    import jax
+    from coop_jax import checkpoint
+    from coop_jax.config import base_config
+
+    records, groups = synthetic_groups(12, seed=5)
+    triples, _ = train_rm.label_triples(records, groups, verifier)
+    train, held = triples[:20], triples[20:]  # 8 rows per step: 3 steps an epoch, 9 in all
+    config = base_config()
+    config.reward_model.update(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                               num_kv_heads=1, max_position_embeddings=128)
+    config.rm_train.update(mode="train", epochs=3, batch_size=8, learning_rate=3e-3,
+                           log_every=1, heldout_every=2, checkpoint_every=2, max_len=MAX_LEN)
+    make_step = train_rm._make_step
+
+    def interrupting(stop_at):  # the step function raises on its `stop_at`-th call
+        def make(*args):
+            step_fn, batch_sh = make_step(*args)
+            calls = []
+
+            def step(state, batch):
+                calls.append(1)
+                if len(calls) == stop_at:
+                    raise KeyboardInterrupt("interrupted")
+                return step_fn(state, batch)
+            return step, batch_sh
+        return make
+
+    full = train_rm.train_reward_model(config, train, str(tmp_path / "full"),
+                                       heldout_triples=held)
+    work = str(tmp_path / "work")
+    for stop_at, resumed in ((6, None), (3, 4), (None, 6), (1, 9)):
+        # run 1 stops in step 6 (checkpoint at step 4, mid-epoch 2); run 2 resumes at 4 and stops
+        # in step 7 (checkpoint at 6, epoch 2's end); run 3 finishes; run 4 finds it finished
+        monkeypatch.setattr(train_rm, "_make_step", interrupting(stop_at or 0))
+        if stop_at in (6, 3):
+            with pytest.raises(KeyboardInterrupt):
+                train_rm.train_reward_model(config, train, work, heldout_triples=held)
+            assert not os.path.exists(os.path.join(work, "rm_summary.json"))
+        else:
+            summary = train_rm.train_reward_model(config, train, work, heldout_triples=held)
+            assert summary["resumed_from_step"] == resumed
+    rows = lambda d: [json.loads(line) for line in open(os.path.join(d, "rm_metrics.jsonl"))]
+    assert rows(work) == rows(str(tmp_path / "full"))
+    assert [r["step"] for r in rows(work) if "train/epoch_loss" in r] == [3, 6, 9]
+    assert summary["steps"] == full["steps"] == 9
+    for key in ("final_train_loss", "heldout_accuracy", "heldout_auc", "heldout_accuracy_ci"):
+        assert summary[key] == full[key], key
+    (_, a, meta), (_, b, _) = (checkpoint.load_model(str(tmp_path / d), "rm")
+                               for d in ("work", "full"))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+    assert meta["step"] == 9 and meta["rm_progress"]["done"]
