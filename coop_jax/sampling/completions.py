@@ -1,4 +1,5 @@
-"""Text in, text out: completions of text prompts in fixed-shape batches (evaluation, RM triples)."""
+"""Text in, text out: completions of text prompts in fixed-shape batches (evaluation, RM
+triples)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -24,7 +25,8 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
     if not prompts:
         return [], [], []
     if model_cfg.is_reward_model:
-        raise ValueError("generation needs a causal LM config (num_labels == 0), got a reward model")
+        raise ValueError("generation needs a causal LM config (num_labels == 0), got a reward "
+                         "model")
     scfg = SamplingConfig(
         max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
         pad_id=int(tokenizer.pad_token_id), temperature=float(temperature), top_k=int(top_k),
