@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import tiny_model_config
 from coop_jax import models, parallel, sampling
 
-CFG = models.ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=3,
-                         num_heads=4, num_kv_heads=2, qkv_bias=True, tie_embeddings=True)
+CFG = tiny_model_config(vocab_size=64, intermediate_size=48, num_layers=3, num_heads=4,
+                        num_kv_heads=2, qkv_bias=True, tie_embeddings=True)
 SCAN = CFG.replace(scan_layers=True)
 
 

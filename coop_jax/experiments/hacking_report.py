@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from coop_jax.eval import report as report_lib
+from coop_jax.jsonl import read_jsonl
 from coop_jax.stats import interval_to_json, mean_ci
 
 CURVES = (
@@ -135,7 +136,6 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
 
 def rm_learning_curve(rm_dir: str, batch_size: int) -> list[dict]:
     """(examples seen, held-out accuracy, AUC) rows from the RM's rm_metrics.jsonl."""
-    from coop_jax.jsonl import read_jsonl
     rows = read_jsonl(os.path.join(rm_dir, "rm_metrics.jsonl"))
     return [{"step": r["step"], "examples_seen": r["step"] * batch_size,
              "heldout_accuracy": r["heldout/accuracy"], "heldout_auc": r.get("heldout/auc")}
