@@ -44,11 +44,11 @@ ARMS = {
     "cooper_rollout": ("cooper", "rollout"),
     "cooper_consistent_wrong": ("cooper", "consistent_wrong"),
     "cooper_perturb": ("cooper", "perturb"),
-}
     # Not in configs/toy_hacking.py's default methods: the real LLM rewrite path with
     # SmolLM2-135M-Instruct as the assistant (`cooper.assistant_hf_path`), run for its keep rate
     # and cost per step.
     "cooper_rewrite": ("cooper", "rewrite"),
+}
 
 
 def sft_policy(config, out_dir: str) -> str:
