@@ -23,8 +23,7 @@ import numpy as np
 from coop_jax.data.synthetic import consistent_wrong_solution
 from coop_jax.rl._registry import lookup
 from coop_jax.rm_input import RMInputFormat
-# chat_completions_url is re-exported for train_rm until it imports coop_jax.sampling.chat
-from coop_jax.sampling.chat import chat_completions_url, http_chat, local_chat  # noqa: F401
+from coop_jax.sampling.chat import http_chat, local_chat
 
 REWRITE_SYSTEM_PROMPT = (
     "You are given a math problem and a correct solution. Produce a completely incorrect, "

@@ -47,7 +47,6 @@ from ml_collections import config_flags
 from coop_jax import checkpoint, data, hf, models, parallel
 from coop_jax import config as config_lib
 from coop_jax.build import load_model
-from coop_jax.cooper import chat_completions_url
 from coop_jax.console import parse_flags, run_console
 from coop_jax.metrics_writer import MetricWriter
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
@@ -55,6 +54,7 @@ from coop_jax.rm_input import (TRIPLE_KEYS, RMInputFormat, check_triples,  # noq
                                read_triples, rm_input_format, write_triples)
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.sampling import generate_completions
+from coop_jax.sampling.chat import chat_completions_url
 from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
 from coop_jax.verify import RuleVerifier
 from coop_jax.verify.grouped import verify_grouped
