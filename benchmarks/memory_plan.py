@@ -103,7 +103,7 @@ def load_config(path: pathlib.Path):
 def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
                valid_vocab: int = VALID_VOCAB, scan: bool = False, micro_batches: int = 1):
     """(StepConfig, tx, rm_tx) exactly as the trainer builds them; `layers` (None or 0: the
-    config's depths) replaces the depth of the policy and the RM."""
+    config's depths, each model its own) replaces the depth of both the policy and the RM."""
     from coop_jax import train  # the trainer's own builders (heavy imports: only here)
 
     def model(section, **kw):
@@ -255,11 +255,13 @@ def sweep(a) -> None:
                 row = dict(config=a.config.stem, slice=name, topology=SLICES[name][0],
                            devices=len(devices), hbm_gib=hbm, mesh=list(mesh_shape),
                            layers=layers, full_layers=full, remat=remat,
+                           rm_layers=config.reward_model.num_layers if layers == full else layers,
                            kernel_impl=a.kernel_impl, scan=scan, micro_batches=micro)
                 if _key(row) in done:
                     continue
-                try:
-                    row.update(compile_one(config, devices, mesh_shape, layers, remat,
+                try:  # the full depth compiles each model at its own (the RM's keep_layers)
+                    row.update(compile_one(config, devices, mesh_shape,
+                                           None if layers == full else layers, remat,
                                            a.kernel_impl, scan, micro))
                     row["full_state_bytes"], row["full_batch_bytes"] = full_state_bytes(
                         config, mesh_shape, devices)

@@ -8,13 +8,20 @@ the Hub cache afterwards). The RM starts from the same instruct LM: its first 8 
 new scalar head (`hf.load(..., num_labels=1, keep_layers=8)`). Negatives are the policy's own
 rule-wrong rollouts (`cooper.negative="rollout"`): no assistant model has to fit beside them.
 
-Memory (fp32 master weights, bf16 compute, remat; no KL reference copy with kl_coef=0):
-  policy 494M params x (weights + grads + 2 AdamW moments) x 4 B  = 7.9 GB
-  RM 8 layers: 136M embeddings + 8 x 14.9M = 255M params x 16 B  = 4.1 GB
-  activations (remat: one bf16 [rows, T, 896] per layer), KV cache of the rollouts
-  (24 layers x 2 x 32 rows x 512 slots x 2 KV heads x 64 x 2 B = 0.2 GB) and the fused
-  log-prob kernels' vocabulary tiles instead of [rows, T, 151,936] logits: about 1-2 GB.
-An arithmetic estimate (about 14 GB of 16), not a compiled memory plan: if the runtime reports
+Memory of the compiled Cooper step on v5e-1 (fp32 master weights and AdamW, bf16 compute,
+remat, `scan_layers`, no KL reference with kl_coef=0), from libtpu's ahead-of-time compile:
+
+    /work/tpuvenv/bin/python benchmarks/memory_plan.py --config configs/qwen2_5_0_5b_colab.py \
+        --slices v5e-1 --layers 0 --scan on
+
+  state (policy 494M + AdamW, RM 255M + AdamW, fp32)  8.38 GiB
+  step temporaries                                    7.16 GiB
+  total                                               15.53 GiB of 15.75 usable (98.6%)
+The temporaries' largest buffers: the fp32 attention scores of one layer ([32, 14, 512, 512],
+448 MiB each), the stacked fp32 gradients of the 24 policy layers (399 MiB per MLP matrix), the
+24 layers' remat inputs (bf16, 672 MiB), the tied embedding's bf16 copies and fp32 gradient
+(260 / 519 MiB); the fused log-prob kernels never materialise [rows, T, 151,936] logits.
+Rollout sampling is a separate program (not in this plan). If the runtime reports
 out-of-memory, lower rollout.group_size or reward_model.keep_layers.
 """
 from coop_jax.config import base_config
@@ -24,9 +31,10 @@ QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
 
 def get_config():
     c = base_config()
-    c.model.update(hf_path=QWEN, param_dtype="float32", dtype="bfloat16", remat=True)
+    c.model.update(hf_path=QWEN, param_dtype="float32", dtype="bfloat16", remat=True,
+                   scan_layers=True)
     c.reward_model.update(hf_path=QWEN, keep_layers=8, param_dtype="float32", dtype="bfloat16",
-                          remat=True)
+                          remat=True, scan_layers=True)
     c.data.update(dataset="gsm8k", data_dir="/content/data/gsm8k", prompt_template="gsm8k",
                   chat_template=True, max_prompt_len=256, num_eval=256)
     c.rollout.update(group_size=8, prompts_per_step=4, max_new_tokens=256, temperature=1.0)
