@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from coop_jax import models
-from coop_jax.data import format_prompt, tokenize_prompts
+from coop_jax.data import format_prompt
+from coop_jax.sampling import tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.models.tokenizer import end_token_id
 from coop_jax.train_step import ModelState, gradient_step, make_optimizer

@@ -255,7 +255,7 @@ def _rollout_key(run: Trainer, step: int, draw: int = 0):
 
 
 def _generate(run: Trainer, params, records, key, question_key="question") -> sampling.Rollouts:
-    ids, mask = data.tokenize_prompts(run.tokenizer, _prompts(run.config, run.tokenizer, records,
+    ids, mask = sampling.tokenize_prompts(run.tokenizer, _prompts(run.config, run.tokenizer, records,
                                                               question_key),
                                       run.config.data.max_prompt_len)
     return run.sample(params, ids, mask, key)

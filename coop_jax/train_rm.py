@@ -53,7 +53,7 @@ from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepar
 from coop_jax.rm_input import (TRIPLE_KEYS, RMInputFormat, check_triples,  # noqa: F401
                                read_triples, rm_input_format, write_triples)
 from coop_jax.rm_scoring import evaluate_reward_model
-from coop_jax.sampling import generate_completions
+from coop_jax.sampling import fixed_batches, generate_completions
 from coop_jax.sampling.chat import chat_completions_url
 from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
 from coop_jax.verify import RuleVerifier
@@ -263,7 +263,7 @@ def _make_step(cfg, tx, mesh, shardings, micro_batches: int = 1):
 def _batches(n: int, batch_size: int, rng: np.random.Generator):
     """Shuffled index arrays of `batch_size` rows and their 0/1 weights (the last batch is padded
     with weight-0 repeats, so every step has one shape)."""
-    for idx, real in data.fixed_batches(rng.permutation(n), batch_size):
+    for idx, real in fixed_batches(rng.permutation(n), batch_size):
         weight = np.zeros(batch_size, np.float32)
         weight[:real] = 1.0
         yield idx, weight

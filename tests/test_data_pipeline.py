@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from coop_jax.data import PromptPipeline, to_global_array, tokenize_prompts
+from coop_jax.data import PromptPipeline, to_global_array
+from coop_jax.sampling import tokenize_prompts
 
 
 def recs(n):

@@ -86,7 +86,7 @@ def test_greedy_decoding_matches_transformers_generate(smol, torch_lm, shared_da
     tok, new = smol.tokenizer, 32
     prompts = _gsm8k_chat_prompts(tok, shared_data)
     encoded = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    ids, mask = data.tokenize_prompts(tok, prompts, max(len(e) for e in encoded))
+    ids, mask = sampling.tokenize_prompts(tok, prompts, max(len(e) for e in encoded))
     stops = stop_token_ids(tok)
     scfg = sampling.SamplingConfig(max_new_tokens=new, eos_ids=stops, pad_id=tok.pad_token_id,
                                    temperature=0.0, valid_vocab=len(tok))

@@ -15,7 +15,6 @@ from coop_jax.data.sources import (
 )
 from coop_jax.data.synthetic import SyntheticConfig, make_dataset, make_problem, make_rephrase
 from coop_jax.data.templates import DEFAULT_TEMPLATES, PROMPT_TEMPLATES, format_prompt
-from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
 
 __all__ = [
     "DATASETS",
@@ -24,7 +23,6 @@ __all__ = [
     "PromptPipeline",
     "SkipStats",
     "SyntheticConfig",
-    "fixed_batches",
     "format_prompt",
     "last_boxed",
     "load_gsm8k_jsonl",
@@ -34,5 +32,4 @@ __all__ = [
     "make_problem",
     "make_rephrase",
     "to_global_array",
-    "tokenize_prompts",
 ]
