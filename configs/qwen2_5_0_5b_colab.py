@@ -15,8 +15,12 @@ remat, `scan_layers`, no KL reference with kl_coef=0), from libtpu's ahead-of-ti
         --slices v5e-1 --layers 0 --scan on
 
   state (policy 494M + AdamW, RM 255M + AdamW, fp32)  8.38 GiB
-  step temporaries                                    7.16 GiB
-  total                                               15.53 GiB of 15.75 usable (98.6%)
+  compiled.memory_analysis() temporaries              7.16 GiB
+  state + temporaries                                 15.53 GiB of 15.75 usable (98.6%)
+libtpu accepts the compile (it refuses programs over 15.75 GiB). Its buffer assignment
+(XLA_FLAGS=--xla_dump_to=DIR, *memory-usage-report.txt) puts the HBM heap, arguments included, at
+13.00 GiB: the 15.53 GiB sum is the conservative figure. rl.micro_batches=2 makes it worse (8.52
+GiB of temporaries: the accumulated fp32 gradient outweighs the halved activations); keep 1.
 The temporaries' largest buffers: the fp32 attention scores of one layer ([32, 14, 512, 512],
 448 MiB each), the stacked fp32 gradients of the 24 policy layers (399 MiB per MLP matrix), the
 24 layers' remat inputs (bf16, 672 MiB), the tied embedding's bf16 copies and fp32 gradient
