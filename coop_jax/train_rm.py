@@ -55,7 +55,8 @@ from coop_jax.rm_input import (TRIPLE_KEYS, RMInputFormat, check_triples,  # noq
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.sampling import fixed_batches, generate_completions
 from coop_jax.sampling.chat import chat_completions_url
-from coop_jax.train_step import ModelState, TrainState, make_optimizer, place_state
+from coop_jax.train_step import (ModelState, TrainState, accumulate_gradients, apply_gradients,
+                                 make_optimizer, place_state, split_micro_batches)
 from coop_jax.verify import RuleVerifier
 from coop_jax.verify.grouped import verify_grouped
 
@@ -231,27 +232,13 @@ def _bce_sums(cfg):
 def _make_step(cfg, tx, mesh, shardings, micro_batches: int = 1):
     """One AdamW step on the batch's mean BCE, its gradient accumulated over `micro_batches`
     micro-batches by `lax.scan` (only one micro-batch's activations live at a time)."""
-    grad_fn = jax.value_and_grad(_bce_sums(cfg), has_aux=True)
-
     def step(state, batch):
-        # micro-batch m takes rows m, m + M, ...: every micro-batch stays spread over the shards
-        micro = jax.tree_util.tree_map(
-            lambda x: jnp.swapaxes(x.reshape((-1, micro_batches) + x.shape[1:]), 0, 1), batch)
-
-        def body(carry, mb):
-            grads, loss, correct = carry
-            (l, c), g = grad_fn(state.params, mb)
-            return (jax.tree_util.tree_map(jnp.add, grads, g), loss + l, correct + c), None
-
-        zero = jnp.zeros((), jnp.float32)
-        init = (jax.tree_util.tree_map(jnp.zeros_like, state.params), zero, zero)
-        (grads, loss, correct), _ = jax.lax.scan(body, init, micro)
+        (loss, correct), grads = accumulate_gradients(
+            _bce_sums(cfg), state.params, split_micro_batches(batch, micro_batches))
         n = jnp.maximum(batch["weight"].sum(), 1.0)
         grads = jax.tree_util.tree_map(lambda g: g / n, grads)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        state = ModelState(optax.apply_updates(state.params, updates), opt_state)
-        return state, {"loss": loss / n, "accuracy": correct / n,
-                       "grad_norm": optax.tree.norm(grads)}
+        return apply_gradients(state, tx, grads), {"loss": loss / n, "accuracy": correct / n,
+                                                   "grad_norm": optax.tree.norm(grads)}
 
     batch_sh = {k: parallel.batch_sharding(mesh, ndim) for k, ndim in
                 (("tokens", 2), ("mask", 2), ("labels", 1), ("weight", 1))}
