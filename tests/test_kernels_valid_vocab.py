@@ -1,7 +1,8 @@
 """``valid_vocab=v``: identical to slicing ``unembed[:, :v]``, without the [D, V] copy.
 
 V=300, v=200 with 128-wide vocab tiles: v ends inside the second tile and the third tile lies
-wholly beyond it (skipped, except by the TPU dW kernel, which must write zeros there).
+wholly beyond it (skipped, except by the TPU dW kernel, which must write zeros there). A tile
+covering v reads the whole matrix and masks columns >= v.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ GREEDY_ROW = 3
 PALLAS_KW = dict(interpret=True, vocab_tile=128, row_tile=16)
 CASES = {
     "xla": ("xla", dict(vocab_tile=128)),
+    "xla-one-tile": ("xla", dict(vocab_tile=V)),  # the whole [D, V] read in place, v.. masked
     "pallas_tpu-interpret": ("pallas_tpu", PALLAS_KW),
     "pallas_gpu-interpret": ("pallas_gpu", PALLAS_KW),
 }
@@ -92,7 +94,8 @@ def _sample(p, unembed, top_k, top_p, impl, **kw):
 
 # interpret mode is slow: each Pallas kernel gets one setting (in-kernel noise vs. candidates)
 @pytest.mark.parametrize("case, top_k, top_p", [
-    ("xla", 0, 1.0), ("pallas_tpu-interpret", 0, 1.0), ("pallas_gpu-interpret", 20, 0.7)])
+    ("xla", 0, 1.0), ("xla-one-tile", 0, 1.0), ("xla-one-tile", 20, 0.7),
+    ("pallas_tpu-interpret", 0, 1.0), ("pallas_gpu-interpret", 20, 0.7)])
 def test_sample_equals_sliced_unembed(problem, case, top_k, top_p):
     """Same key, same tokens as with ``unembed[:, :v]``: the noise is that of a (B, v) draw."""
     impl, kw = CASES[case]

@@ -3,7 +3,8 @@
 The last tile is clamped to ``[V - tile, V)`` instead of padding the unembedding (a copy of
 [D, V]); columns it shares with the previous tile are masked out via ``cols >= j * tile``.
 ``vocab`` is the number of usable columns (``valid_vocab``): the scan only reads columns below
-it from the full ``unembed``, and dW is 0 beyond it.
+it from the full ``unembed`` (one tile covering them all reads the whole matrix in place and masks
+the rest), and dW is 0 beyond it.
 """
 from __future__ import annotations
 
@@ -19,12 +20,18 @@ _NT = (((1,), (1,)), ((), ()))  # a @ b.T
 _TN = (((0,), (0,)), ((), ()))  # a.T @ b
 
 
-def _geometry(vocab: int, tile: int) -> tuple[int, int]:
-    tile = min(tile, vocab)
+def _geometry(vocab: int, tile: int, width: int) -> tuple[int, int]:
+    """(tile, number of tiles). A tile that covers the usable columns is the whole matrix: one
+    step reads ``unembed`` in place, where slicing [D, vocab] out of [D, width] is a copy."""
+    if tile >= vocab:
+        return width, 1
     return tile, _common.cdiv(vocab, tile)
 
 
 def _tile(unembed: jax.Array, j: jax.Array, tile: int, vocab: int):
+    if tile == unembed.shape[1]:  # the whole matrix; columns >= vocab (padding) are masked
+        cols = jnp.arange(tile, dtype=jnp.int32)[None, :]
+        return unembed, cols, cols < vocab, jnp.int32(0)
     start = jnp.minimum(j * tile, vocab - tile)
     w_t = lax.dynamic_slice_in_dim(unembed, start, tile, axis=1)
     cols = start + jnp.arange(tile, dtype=jnp.int32)[None, :]
@@ -47,7 +54,7 @@ def logprobs_fwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
                  ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Returns (logp, entropy, lse, E[z]), each [N] float32."""
     hidden, unembed = _cast_inputs(hidden, unembed)
-    tile, num_tiles = _geometry(vocab, tile)
+    tile, num_tiles = _geometry(vocab, tile, unembed.shape[1])
     tgt = targets[:, None]
 
     def step(carry, j):
@@ -74,8 +81,8 @@ def logprobs_bwd(hidden: jax.Array, unembed: jax.Array, targets: jax.Array,
     """(dh, dW) with dW written tile by tile into the scan carry (peak O(D V + N tile))."""
     h_dtype, w_dtype = hidden.dtype, unembed.dtype
     hidden, unembed = _cast_inputs(hidden, unembed)
-    tile, num_tiles = _geometry(vocab, tile)
-    overlap = vocab % tile != 0
+    tile, num_tiles = _geometry(vocab, tile, unembed.shape[1])
+    overlap = num_tiles > 1 and vocab % tile != 0
     tgt, lse, ez = targets[:, None], lse[:, None], ez[:, None]
     g_lp, g_ent = g_lp[:, None], g_ent[:, None]
 
@@ -106,7 +113,7 @@ def sample(words: jax.Array, hidden: jax.Array, unembed: jax.Array, temperature:
     """
     hidden, unembed = _cast_inputs(hidden, unembed)
     b = hidden.shape[0]
-    tile, num_tiles = _geometry(vocab, tile)
+    tile, num_tiles = _geometry(vocab, tile, unembed.shape[1])
     greedy = (temperature <= _common.GREEDY_TEMPERATURE)[:, None]
     t_eff = jnp.where(greedy, 1.0, temperature[:, None])
     rows = jnp.arange(b, dtype=jnp.int32)[:, None]
