@@ -84,14 +84,15 @@ def reward_scores(params: Params, cfg: ModelConfig, tokens: Array, attention_mas
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
-    """Zero KV cache: one (k, v) pair per layer, or with `cfg.scan_layers` one stacked pair
-    [L, B, S, KV, head_dim]. Either way the batch axis is axis -4 of every leaf."""
-    shape = (batch, length, cfg.num_kv_heads, cfg.dim_per_head)
+    """Zero KV cache: one (k [B, KV, S, head_dim], v [B, KV, head_dim, S]) pair per layer, or
+    with `cfg.scan_layers` one pair stacked on a leading layer axis. Either way the batch axis is
+    axis -4 of every leaf."""
+    kv, hd = cfg.num_kv_heads, cfg.dim_per_head
+    shapes = (batch, kv, length, hd), (batch, kv, hd, length)
     dtype = dtype or cfg.jnp_dtype
     if cfg.scan_layers:
-        shape = (cfg.num_layers,) + shape
-        return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
-    return tuple((jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_layers))
+        return tuple(jnp.zeros((cfg.num_layers,) + s, dtype) for s in shapes)
+    return tuple(tuple(jnp.zeros(s, dtype) for s in shapes) for _ in range(cfg.num_layers))
 
 
 def stack_layers(params: Params, num_layers: int) -> Params:

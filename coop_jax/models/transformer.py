@@ -17,8 +17,8 @@ import jax.numpy as jnp
 from coop_jax.models.config import ModelConfig
 
 Array = jax.Array
-LayerCache = tuple[Array, Array]  # k, v: [B, S, KV, head_dim]
-# one LayerCache per layer; with `scan_layers`, one pair stacked over layers [L, B, S, KV, hd]
+LayerCache = tuple[Array, Array]  # k [B, KV, S, head_dim], v [B, KV, head_dim, S]
+# one LayerCache per layer; with `scan_layers`, one pair stacked over a leading layer axis
 KVCache = tuple[LayerCache, ...] | LayerCache
 
 _init = nn.initializers.normal(stddev=0.02)
@@ -98,26 +98,31 @@ class Attention(nn.Module):
         inv_freq = rope_inv_freq(cfg)
         q, k = apply_rope(q, positions, inv_freq), apply_rope(k, positions, inv_freq)
 
+        # keys [B, KV, S, hd] and values [B, KV, hd, S]: the operand layouts of the two matmuls
+        # below, and the KV cache's, so a decode step reads the cache without transposing it
+        # (on XLA:CPU those per-step transposes of the whole cache were a sixth of a decode step)
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 3, 1)
         if cache is None:
             q_slots = jnp.arange(length)
             new_cache = None
         else:
             k_cache, v_cache = cache
-            start = (0, cache_index, 0, 0)
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype), start)
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype), start)
+            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype),
+                                             (0, 0, cache_index, 0))
+            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype),
+                                             (0, 0, 0, cache_index))
             new_cache = (k, v)
             q_slots = cache_index + jnp.arange(length)
-        k_slots = jnp.arange(k.shape[1])
+        k_slots = jnp.arange(k.shape[2])
         mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_mask[:, None, :]  # [B, T, S]
 
         groups = heads // kv_heads
         q = q.reshape(batch, length, kv_heads, groups, hd)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(q.dtype),
+        scores = jnp.einsum("btkgd,bksd->bkgts", q, k.astype(q.dtype),
                             preferred_element_type=jnp.float32) / math.sqrt(hd)
         scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.jnp_dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(cfg.jnp_dtype))
+        out = jnp.einsum("bkgts,bkds->btkgd", probs, v.astype(cfg.jnp_dtype))
         out = out.reshape(batch, length, heads * hd)
         out = _dense(cfg, cfg.hidden_size, ("heads", "embed"), cfg.o_bias, "o_proj")(out)
         return out, new_cache
@@ -154,7 +159,8 @@ class Block(nn.Module):
 def _scanned_layers(cfg: ModelConfig, block, with_cache: bool):
     """`cfg.num_layers` blocks as one `nn.scan` over stacked parameters (params["layers"][...],
     leading logical axis "layers"): XLA compiles the block once instead of once per layer. The
-    KV cache, when given, is one stacked (k, v) pair [L, B, S, KV, head_dim] scanned alongside."""
+    KV cache, when given, is one stacked (k, v) pair ([L, B, KV, S, hd], [L, B, KV, hd, S])
+    scanned alongside."""
     return nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
                    length=cfg.num_layers,
                    in_axes=(nn.broadcast, nn.broadcast, 0 if with_cache else nn.broadcast,

@@ -88,7 +88,7 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
                                               models.positions_from_mask(prompt_mask), kv_mask,
                                               cache, jnp.int32(0))
     repeat = lambda x: jnp.repeat(x, g, axis=0)
-    # the cache's batch axis is -4 (leaves [B, S, KV, hd], or [L, B, ...] with scan_layers)
+    # the cache's batch axis is -4 (leaves [B, KV, ., .], or [L, B, ...] with scan_layers)
     cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, g, axis=-4), cache)
     kv_mask, hidden = repeat(kv_mask), repeat(hidden[:, -1])
     positions = repeat(prompt_mask.sum(-1).astype(jnp.int32))
