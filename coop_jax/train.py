@@ -314,6 +314,8 @@ def _view_batch(run: Trainer, out, host_rewards: np.ndarray) -> dict:
              "loss_weight": np.asarray(loss_weight, np.float32)}
     if c.rollout.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step old
         batch["behaviour_logprobs"] = np.asarray(out.logprobs, np.float32)
+        if out.entropy is not None:  # else the step recomputes them (older pending rollouts)
+            batch["behaviour_entropy"] = np.asarray(out.entropy, np.float32)
     return batch
 
 

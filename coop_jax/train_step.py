@@ -2,7 +2,8 @@
 
     rewards     <- batch rewards (rule / majority vote / ...) or sigmoid(RM) with the PRE-update RM
     old, ref    <- log-probs of the rollouts under the policy before the update (or, when the batch
-                   carries `behaviour_logprobs`, the sampler's) and under the reference
+                   carries `behaviour_logprobs`, the sampler's, with no forward pass when it
+                   also carries `behaviour_entropy`) and under the reference
     advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt
     policy      <- PPO epochs x minibatches (lax.scan) of the clipped loss, AdamW
     RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
@@ -298,9 +299,14 @@ def train_step(state: TrainState, batch: dict, *, cfg: StepConfig, tx, rm_tx=Non
     """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
     `jit_step`)."""
     rewards, metrics = compute_rewards(state, cfg, batch)
-    old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
-    if "behaviour_logprobs" in batch:  # rollout.overlap: sampled by the previous step's policy
+    if "behaviour_entropy" in batch:  # rollout.overlap: sampled by the previous step's policy,
+        # whose log-probs and entropies the sampler returned: no forward pass to recompute them
         old_logp = batch["behaviour_logprobs"].astype(jnp.float32)
+        entropy = batch["behaviour_entropy"].astype(jnp.float32)
+    else:
+        old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
+        if "behaviour_logprobs" in batch:  # pending rollouts saved without their entropies
+            old_logp = batch["behaviour_logprobs"].astype(jnp.float32)
     old_logp = jax.lax.stop_gradient(old_logp)
     ref_logp = None
     if state.ref_params is not None:

@@ -160,10 +160,12 @@ def test_behaviour_logprobs_match_learner(sampled, params, temperature):
     r = sampled[temperature]
     _check_structure(r, EOS)
     assert (~r.truncated).any() and r.truncated.any(), "want rows that stop and rows that run on"
-    logp, _ = _learner_logprobs(params, CFG, r.prompt_tokens, r.prompt_mask, r.tokens, r.mask,
-                                temperature=temperature, valid_vocab=VALID)
+    logp, ent = _learner_logprobs(params, CFG, r.prompt_tokens, r.prompt_mask, r.tokens, r.mask,
+                                  temperature=temperature, valid_vocab=VALID)
     np.testing.assert_allclose(r.logprobs, np.asarray(logp), atol=1e-4)
     assert (r.logprobs[r.mask] < 0).all()
+    np.testing.assert_allclose(r.entropy, np.asarray(ent) * r.mask, atol=1e-4)
+    assert (r.entropy[r.mask] > 0).all() and (r.entropy[~r.mask] == 0).all()
 
 
 @pytest.fixture(scope="module")

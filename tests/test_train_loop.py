@@ -125,6 +125,8 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
         np.testing.assert_array_equal(batch["tokens"], np.asarray(out.tokens))
         np.testing.assert_allclose(batch["behaviour_logprobs"], np.asarray(out.logprobs),
                                    atol=1e-6)
+        np.testing.assert_allclose(batch["behaviour_entropy"], np.asarray(out.entropy),
+                                   atol=1e-6)
         if step:  # the update's own parameters are one step ahead of the behaviour policy
             own = np.asarray(_logprobs(params, trainer.step_cfg, batch)[0]) * batch["mask"]
             assert np.abs(own - batch["behaviour_logprobs"]).max() > 1e-4

@@ -195,6 +195,30 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
 
 
+def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
+    """With the sampler's log-probs and entropies in the batch the step runs no forward pass for
+    them: `rollout_entropy` is the behaviour policy's, and the update is the same."""
+    from coop_jax import train_step
+    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
+                     kernel_impl="xla")
+    tx = make_optimizer(1e-2, weight_decay=0.0)
+    state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
+    batch = _batch(5)
+    own, entropy = (np.asarray(x) for x in train_step._logprobs(state.policy.params, cfg, batch))
+    calls, real = [], train_step._logprobs
+    monkeypatch.setattr(train_step, "_logprobs", lambda *a: calls.append(1) or real(*a))
+    recomputed, recomputed_metrics = jit_step(cfg, tx, donate=False)(
+        state, dict(batch, behaviour_logprobs=own))
+    traced_with_forward, calls[:] = len(calls), []
+    given, metrics = jit_step(cfg, tx, donate=False)(
+        state, dict(batch, behaviour_logprobs=own, behaviour_entropy=entropy + 1.0))
+    assert len(calls) == traced_with_forward - 1  # the update's own forward passes remain
+    _close(given.policy.params, recomputed.policy.params, atol=1e-6)
+    assert float(metrics["loss"]) == pytest.approx(float(recomputed_metrics["loss"]), abs=1e-6)
+    assert float(metrics["rollout_entropy"]) == pytest.approx(
+        float(recomputed_metrics["rollout_entropy"]) + 1.0, rel=1e-5)
+
+
 @pytest.mark.parametrize("aggregation,ratio_level,views", [
     ("token_mean", "token", 1), ("seq_mean_token_mean", "sequence", 2),
     ("seq_mean_token_sum_norm", "token", 1)])

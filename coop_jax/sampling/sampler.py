@@ -50,6 +50,9 @@ class Rollouts(NamedTuple):
     mask: Array  # [B*G, N] True on response tokens, the stop token included
     lengths: Array  # [B*G]
     truncated: Array  # [B*G] no stop token within max_new_tokens
+    # [B*G, N] entropy of each token's (temperature-scaled, unfiltered) distribution, 0 after the
+    # stop token; None only in pending rollouts saved before this field existed
+    entropy: Array | None = None
 
 
 def left_align(tokens: Array, mask: Array, pad_id: int) -> tuple[Array, Array]:
@@ -97,16 +100,18 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     eos = jnp.asarray(scfg.eos_ids, jnp.int32)
     vocab_tile = decode_vocab_tile(scfg.kernel_impl, rows, unembed.shape[1])
 
-    def emit(i, hidden, done, tokens, logps, key):
+    def emit(i, hidden, done, tokens, logps, ents, key):
         """Sample token i of every row from its hidden state; rows already done get padding."""
         key, step_key = jax.random.split(key)
-        tok, logp, _ = kernels.fused_sample(step_key, hidden, unembed, temperature, scfg.top_k,
-                                            scfg.top_p, impl=scfg.kernel_impl,
-                                            valid_vocab=scfg.valid_vocab, vocab_tile=vocab_tile)
+        tok, logp, ent = kernels.fused_sample(step_key, hidden, unembed, temperature,
+                                              scfg.top_k, scfg.top_p, impl=scfg.kernel_impl,
+                                              valid_vocab=scfg.valid_vocab,
+                                              vocab_tile=vocab_tile)
         tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
         tokens = tokens.at[:, i].set(tok)
         logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))
-        return tok, done | jnp.isin(tok, eos), tokens, logps, key
+        ents = ents.at[:, i].set(jnp.where(done, 0.0, ent))
+        return tok, done | jnp.isin(tok, eos), tokens, logps, ents, key
 
     def cond(carry):
         i, done = carry[0], carry[5]
@@ -114,25 +119,27 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
 
     def body(carry):
         # feed token i-1, then sample token i: no forward pass after the last token
-        i, tok, cache, kv_mask, positions, done, tokens, logps, key = carry
+        i, tok, cache, kv_mask, positions, done, tokens, logps, ents, key = carry
         kv_mask = kv_mask.at[:, p + i - 1].set(True)
         hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], positions[:, None],
                                                   kv_mask, cache, p + i - 1)
-        tok, done, tokens, logps, key = emit(i, hidden[:, 0], done, tokens, logps, key)
-        return (i + 1, tok, cache, kv_mask, positions + 1, done, tokens, logps, key)
+        tok, done, tokens, logps, ents, key = emit(i, hidden[:, 0], done, tokens, logps, ents,
+                                                   key)
+        return (i + 1, tok, cache, kv_mask, positions + 1, done, tokens, logps, ents, key)
 
-    tok, done, tokens, logps, key = emit(
-        0, hidden, jnp.zeros((rows,), bool), jnp.full((rows, n), scfg.pad_id, jnp.int32),
-        jnp.zeros((rows, n), jnp.float32), key)
-    init = (jnp.int32(1), tok, cache, kv_mask, positions, done, tokens, logps, key)
-    _, _, _, _, _, done, tokens, logps, _ = jax.lax.while_loop(cond, body, init)
+    zeros = jnp.zeros((rows, n), jnp.float32)
+    tok, done, tokens, logps, ents, key = emit(
+        0, hidden, jnp.zeros((rows,), bool), jnp.full((rows, n), scfg.pad_id, jnp.int32), zeros,
+        zeros, key)
+    init = (jnp.int32(1), tok, cache, kv_mask, positions, done, tokens, logps, ents, key)
+    _, _, _, _, _, done, tokens, logps, ents, _ = jax.lax.while_loop(cond, body, init)
 
     is_stop = jnp.isin(tokens, eos)
     first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1), n - 1)
     lengths = jnp.where(jnp.any(is_stop, -1), first_stop + 1, n)
     mask = jnp.arange(n)[None, :] < lengths[:, None]
     return Rollouts(repeat(prompt_tokens), repeat(prompt_mask), tokens, logps, mask,
-                    lengths.astype(jnp.int32), ~jnp.any(is_stop, -1))
+                    lengths.astype(jnp.int32), ~jnp.any(is_stop, -1), ents)
 
 
 @functools.lru_cache(maxsize=32)
