@@ -17,8 +17,9 @@ Needs a venv with jax[tpu] (libtpu), e.g. /work/tpuvenv:
         --slices v5e-1 --layers 0 --scan on
     /work/tpuvenv/bin/python benchmarks/memory_plan.py --report docs/results/memory_plan/runs.jsonl
 
-Each compile appends one JSON line (re-runs skip what the file already holds), so a long sweep
-can be stopped and resumed. `--layers 0` compiles the config's real depth; with `--scan on`
+Each compile appends one JSON line with the code's git commit (re-runs skip what the file already
+holds for that commit), so a long sweep can be stopped and resumed, and a change to the model or
+the step is compiled again; the plan reads the newest compile of each setting. `--layers 0` compiles the config's real depth; with `--scan on`
 (`model.scan_layers`) the layers are one scanned block and that compile costs about what one
 layer does. Unrolled, `--layers 1 2` compiles shallow copies and the report extrapolates
 temporaries and compile time linearly in the layer count, saying so in every such row.
@@ -231,6 +232,15 @@ def mesh_choices(n: int) -> list[tuple[int, int, int]]:
     return [(1, n, 1)] + ([(2, n // 2, 1)] if n > 1 else [])
 
 
+def code_version() -> str:
+    """The git commit the compile's code is at, "+dirty" when coop_jax/ has uncommitted edits."""
+    import subprocess
+    git = lambda *args: subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True,
+                                       text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("+dirty" if git("status", "--porcelain", "--", "coop_jax") else "")
+
+
 def _key(r: dict) -> tuple:
     """What identifies a compile (rows written before configs/scan/micro-batches had defaults)."""
     return (r.get("config", DEFAULT_CONFIG.stem), r["slice"], tuple(r["mesh"]), r["layers"],
@@ -242,9 +252,10 @@ def sweep(a) -> None:
     full = config.model.num_layers
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
+    done, version = set(), code_version()
     if out.exists():
-        done = {_key(r) for r in map(json.loads, out.read_text().splitlines()) if "layers" in r}
+        done = {_key(r) for r in map(json.loads, out.read_text().splitlines())
+                if "layers" in r and r.get("commit") == version}
     for name in a.slices:
         devices = topology_devices(name)
         _, _, hbm = SLICES[name]
@@ -256,7 +267,8 @@ def sweep(a) -> None:
                            devices=len(devices), hbm_gib=hbm, mesh=list(mesh_shape),
                            layers=layers, full_layers=full, remat=remat,
                            rm_layers=config.reward_model.num_layers if layers == full else layers,
-                           kernel_impl=a.kernel_impl, scan=scan, micro_batches=micro)
+                           kernel_impl=a.kernel_impl, scan=scan, micro_batches=micro,
+                           commit=version)
                 if _key(row) in done:
                     continue
                 try:  # the full depth compiles each model at its own (the RM's keep_layers)
@@ -298,11 +310,14 @@ def plan_rows(rows: list[dict]) -> list[dict]:
         full = rs[0].get("full_layers", 28)
         depths = [r["layers"] for r in rs]
         measured = full in depths
-        pick = lambda k: (next(r[k] for r in rs if r["layers"] == full) if measured
+        # the newest compile of a depth (rows stay in file order within one depth)
+        pick = lambda k: ([r[k] for r in rs if r["layers"] == full][-1] if measured
                           else _fit(depths, [r[k] for r in rs], full))
         state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"]
         temp = pick("temp_bytes")
         cpu = [r.get("compile_cpu_s") for r in rs]
+        for r in rs:
+            r.setdefault("commit", "-")  # rows written before commits were recorded
         basis = (f"compiled at {full} layers" if measured else
                  f"LOWER BOUND: only {depths[0]} layer(s) compiled" if len(set(depths)) == 1
                  else f"linear extrapolation from {depths} layers")
@@ -311,7 +326,8 @@ def plan_rows(rows: list[dict]) -> list[dict]:
                         total=state + temp, hbm_gib=rs[0]["hbm_gib"], basis=basis,
                         lower_bound=basis.startswith("LOWER"), devices=rs[0]["devices"],
                         compile_s=pick("compile_s"),
-                        compile_cpu_s=pick("compile_cpu_s") if None not in cpu else None))
+                        compile_cpu_s=pick("compile_cpu_s") if None not in cpu else None,
+                        commit=pick("commit") if measured else None))
     return out
 
 
@@ -321,8 +337,8 @@ def report(path: str) -> str:
     lines = ["Cooper step per device, GiB (libtpu AOT compile; fp32 params + AdamW, bf16 compute; "
              "fits = total < 90% of HBM).",
              "| config | slice | mesh (data,fsdp,tensor) | remat | scan | micro-batches | kernels "
-             "| state+batch | temporaries | total | HBM | fits | compile s (CPU s) | basis |",
-             "|" + "---|" * 14]
+             "| state+batch | temporaries | total | HBM | fits | compile s (CPU s) | basis | commit |",
+             "|" + "---|" * 15]
     for p in plan_rows(rows):
         fits = ("NO" if p["total"] >= 0.9 * p["hbm_gib"] * GIB else "?" if p["lower_bound"]
                 else "yes")
@@ -332,17 +348,19 @@ def report(path: str) -> str:
                      f"{'on' if p['remat'] else 'off'} | {'on' if p['scan'] else 'off'} | "
                      f"{p['micro_batches']} | {p['kernel_impl']} | {p['state'] / GIB:.2f} | "
                      f"{ge}{p['temp'] / GIB:.2f} | {ge}{p['total'] / GIB:.2f} | {p['hbm_gib']} | "
-                     f"{fits} | {ge}{p['compile_s']:.0f}{cpu} | {p['basis']} |")
+                     f"{fits} | {ge}{p['compile_s']:.0f}{cpu} | {p['basis']} | "
+                     f"{p['commit'] or '-'} |")
     lines += ["", "Measured compiles (per device; with scan, XLA's cost analysis counts the "
               "layer loop's body once, so TFLOP/step is not the step's total):",
               "| config | slice | mesh | remat | scan | micro | layers | args GiB | temps GiB | "
-              "TFLOP/step | compile s | compile CPU s |", "|" + "---|" * 12]
+              "TFLOP/step | compile s | compile CPU s | commit |", "|" + "---|" * 13]
     for r in sorted(ok, key=_key):
         k = _key(r)
         lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {'on' if k[4] else 'off'} | "
                      f"{'on' if k[6] else 'off'} | {k[7]} | {k[3]} | "
                      f"{r['argument_bytes'] / GIB:.2f} | {r['temp_bytes'] / GIB:.2f} | "
-                     f"{r['flops'] / 1e12:.1f} | {r['compile_s']} | {r.get('compile_cpu_s', '')} |")
+                     f"{r['flops'] / 1e12:.1f} | {r['compile_s']} | {r.get('compile_cpu_s', '')} | "
+                     f"{r.get('commit', '-')} |")
     for r in rows:
         if "error" in r:
             lines.append(f"FAILED {_key(r)}: {r['error'][:200]}")
