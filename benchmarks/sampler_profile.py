@@ -40,9 +40,9 @@ SMOLLM2_135M = models.ModelConfig(
 
 # (part, op_name pattern), first match wins; decode-loop ops carry "while/body" in their op_name
 DECODE_PARTS = (
-    ("KV cache writes", r"dynamic_update_slice"),
+    ("KV cache writes (and re-layouts fused with them)", r"dynamic_update_slice"),
     ("weight matmuls (q, k, v, o, gate, up, down)", r"_proj/"),
-    ("attention matmuls over the KV cache", r"bksd->bkgts|bkds->btkgd"),
+    ("attention matmuls over the KV cache", r"->bkgts/|->btkgd/"),
     ("norms, RoPE, masking, softmax, residuals", r"Transformer/"),
     ("unembedding matmul (sampler)", r"dot_general"),
     ("sampling: Gumbel noise, argmax, bookkeeping", r""),

@@ -47,6 +47,6 @@ def test_op_names_are_classified_by_where_they_run():
     assert sp._part([body + "mlp/up_proj/dot_general"]).startswith("weight matmuls")
     assert sp._part([body + "self_attn/bkgts,bkds->btkgd/dot_general"]).startswith("attention")
     assert sp._part([body + "self_attn/dynamic_update_slice",
-                     body + "self_attn/v_proj/dot_general"]) == "KV cache writes"
+                     body + "self_attn/v_proj/dot_general"]) .startswith("KV cache writes")
     assert sp._part(["jit(<lambda>)/while/body/dot_general"]).startswith("unembedding")
     assert sp._part(["jit(<lambda>)/while/body/jit(_threefry_split)/add"]).startswith("sampling")
