@@ -54,7 +54,7 @@ def main() -> None:
             t0 = time.time()
             outs = rewriter([(t["question"], t["completion"]) for t in batch])
             seconds.append(time.time() - t0)
-            keep = cooper._wrong_and_answered(
+            keep = cooper.keep_if_wrong(
                 verifier, [extract_answer(t["completion"]) for t in batch], outs)
             rows += [{"question": t["question"], "positive": t["completion"], "rewrite": o,
                       "kept": bool(k)} for t, o, k in zip(batch, outs, keep)]

@@ -142,9 +142,10 @@ def _consistent_wrong_candidates(requests, *, rng, rewriter):
     return [consistent_wrong_solution(r.question, r.positive, rng) for r in requests]
 
 
-def _wrong_and_answered(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
-                        ) -> list[bool]:
-    """Keep a candidate only if it has a final answer not equivalent to the positive's."""
+def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
+                  ) -> list[bool]:
+    """The rewrite negatives' keep-if-wrong check: keep a candidate only if it has a final answer
+    not equivalent to the positive's (no timeout, no verifier error)."""
     idx = [i for i, c in enumerate(candidates) if c]
     keep = [False] * len(candidates)
     if not idx:
@@ -193,7 +194,7 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
             break
         order = list(requests)
         cands = spec.candidates([requests[p] for p in order], rng=rng, rewriter=rewriter)
-        keep = (_wrong_and_answered(verifier, [requests[p].answer for p in order], cands)
+        keep = (keep_if_wrong(verifier, [requests[p].answer for p in order], cands)
                 if spec.verified else [c is not None for c in cands])
         for p, c, k in zip(order, cands, keep):
             if k:
