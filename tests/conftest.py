@@ -71,15 +71,20 @@ def tiny_model_config(**overrides):
     return ModelConfig(**(fields | overrides))
 
 
+def repo_module(relative_path: str, name: str):
+    """A repository file that is not in a package (configs/, benchmarks/), loaded as a module."""
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parent.parent / relative_path
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def repo_config(name: str, *args):
     """`get_config(*args)` of the repository's configs/NAME.py, loaded from its file as the CLI's
     --config flag does."""
-    import importlib.util
-    path = pathlib.Path(__file__).resolve().parent.parent / "configs" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"{name}_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(*args)
+    return repo_module(f"configs/{name}.py", f"{name}_config").get_config(*args)
 
 
 def save_tiny_hf_causal_lm(path: pathlib.Path, max_position_embeddings: int = 512) -> str:

@@ -1,22 +1,18 @@
 """`benchmarks/memory_plan.py` without libtpu: which depths a sweep hands the compiler."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 
 import jax
+from conftest import repo_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COLAB = ROOT / "configs" / "qwen2_5_0_5b_colab.py"
 
 
 def _memory_plan():
-    spec = importlib.util.spec_from_file_location("memory_plan",
-                                                  ROOT / "benchmarks" / "memory_plan.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_module("benchmarks/memory_plan.py", "memory_plan")
 
 
 def test_full_depth_compiles_each_model_at_its_own_depth(tmp_path, monkeypatch):

@@ -1,24 +1,15 @@
 """`benchmarks/sampler_profile.py`'s trace of one generate call, on the tiny test model."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import jax
 import jax.numpy as jnp
 
 from coop_jax import models, sampling
-from conftest import tiny_model_config
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import repo_module, tiny_model_config
 
 
 def _sampler_profile():
-    spec = importlib.util.spec_from_file_location("sampler_profile",
-                                                  ROOT / "benchmarks" / "sampler_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_module("benchmarks/sampler_profile.py", "sampler_profile")
 
 
 def test_profile_splits_a_generate_call_into_the_decode_steps_parts():
