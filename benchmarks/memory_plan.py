@@ -316,8 +316,6 @@ def plan_rows(rows: list[dict]) -> list[dict]:
         state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"]
         temp = pick("temp_bytes")
         cpu = [r.get("compile_cpu_s") for r in rs]
-        for r in rs:
-            r.setdefault("commit", "-")  # rows written before commits were recorded
         basis = (f"compiled at {full} layers" if measured else
                  f"LOWER BOUND: only {depths[0]} layer(s) compiled" if len(set(depths)) == 1
                  else f"linear extrapolation from {depths} layers")
@@ -327,7 +325,9 @@ def plan_rows(rows: list[dict]) -> list[dict]:
                         lower_bound=basis.startswith("LOWER"), devices=rs[0]["devices"],
                         compile_s=pick("compile_s"),
                         compile_cpu_s=pick("compile_cpu_s") if None not in cpu else None,
-                        commit=pick("commit") if measured else None))
+                        # rows written before commits were recorded have none
+                        commit=[r.get("commit", "-") for r in rs if r["layers"] == full][-1]
+                        if measured else None))
     return out
 
 
@@ -339,7 +339,8 @@ def report(path: str) -> str:
              "| config | slice | mesh (data,fsdp,tensor) | remat | scan | micro-batches | kernels "
              "| state+batch | temporaries | total | HBM | fits | compile s (CPU s) | basis | commit |",
              "|" + "---|" * 15]
-    for p in plan_rows(rows):
+    plans = plan_rows(rows)
+    for p in plans:
         fits = ("NO" if p["total"] >= 0.9 * p["hbm_gib"] * GIB else "?" if p["lower_bound"]
                 else "yes")
         ge = ">= " if p["lower_bound"] else ""
@@ -364,8 +365,8 @@ def report(path: str) -> str:
     for r in rows:
         if "error" in r:
             lines.append(f"FAILED {_key(r)}: {r['error'][:200]}")
-    for config in sorted({p["config"] for p in plan_rows(rows)}):
-        lines += ["", gpu_rows(config, plan_rows(rows))]
+    for config in sorted({p["config"] for p in plans}):
+        lines += ["", gpu_rows(config, plans)]
     return "\n".join(lines)
 
 

@@ -82,11 +82,12 @@ def _part(op_names: list[str]) -> str:
 
 def profile(sample, params, tokens, mask, key) -> tuple[dict[str, float], int]:
     """Traced XLA thunk seconds of one generate call, by part; and the number of thunks run."""
-    ops = _op_names(sample.lower(params, tokens, mask, key).compile().as_text())
-    jax.block_until_ready(sample(params, tokens, mask, key))  # compiled, warm
+    compiled = sample.lower(params, tokens, mask, key).compile()  # the program whose HLO is read
+    ops = _op_names(compiled.as_text())
+    jax.block_until_ready(compiled(params, tokens, mask, key))  # warm
     with tempfile.TemporaryDirectory() as tmp:
         with jax.profiler.trace(tmp):
-            jax.block_until_ready(sample(params, tokens, mask, key))
+            jax.block_until_ready(compiled(params, tokens, mask, key))
         path = glob.glob(os.path.join(tmp, "**", "*.xplane.pb"), recursive=True)[0]
         data = jax.profiler.ProfileData.from_file(path)
     seconds, thunks = collections.Counter(), 0
