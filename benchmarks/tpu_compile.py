@@ -3,7 +3,7 @@
 Interpret mode (the test suite) runs the kernels' maths but not Mosaic's compiler: VMEM limits,
 layouts and the partitioning of a multi-chip program only show up when libtpu compiles them.
 `jax.experimental.topologies.get_topology_desc` describes real TPU slices without hardware, so
-`jit(...).lower(abstract inputs).compile()` runs that compiler here. Two parts:
+`jit(...).lower(abstract inputs).compile()` runs that compiler here. Three parts:
 
   kernels  single chip of v4, v5e, v5p and v6e; fp32 and bf16; N = 4096 rows, D = 1536,
            V = 151,936 (Qwen2.5): fused_logprobs forward, forward + gradient, and fused_sample
@@ -12,20 +12,28 @@ layouts and the partitioning of a multi-chip program only show up when libtpu co
   mesh     v5e:2x2 and v5e:4x4 slices, several (data, fsdp, tensor) meshes, vocabulary
            replicated (tensor = 1) or split (tensor > 1): the kernels alone (bf16, same shapes,
            shard_map-partitioned) and a tiny-model GRPO train step (jit_step) with
-           kernels.impl = "pallas_tpu".
+           kernels.impl = "pallas_tpu";
+  sampler  v5e:2x2 and v5e:4x4 slices: the KV-cache sampler (`sampling.generate`) at Qwen2.5-1.5B
+           shapes and the rollout sizes of configs/qwen2_5_1_5b_gsm8k.py, parameters sharded as
+           the trainer shards them, with kernels.impl = "auto" resolved for the mesh's platform
+           (what a TPU host's jax.default_backend() says; this host's is cpu).
 
-Every row checks that the compiled program holds the Mosaic kernels (tpu_custom_call). Prints a
-table; exits 1 if anything failed. Needs jax[tpu] (libtpu) at the project's jax version:
+Every row checks that the compiled program holds the Mosaic kernels (tpu_custom_call) and
+reports its temporaries (memory_analysis). Prints a table; exits 1 if anything failed. Needs
+jax[tpu] (libtpu) at the project's jax version:
 
     python -m venv --system-site-packages /tmp/tpuvenv
     /tmp/tpuvenv/bin/pip install "jax[tpu]==$(python -c 'import jax; print(jax.__version__)')"
-    /tmp/tpuvenv/bin/python benchmarks/tpu_compile.py [--only kernels|mesh|step] [--json out.json]
+    /tmp/tpuvenv/bin/python benchmarks/tpu_compile.py [--only kernels,mesh,step,sampler] \
+        [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import pathlib
 import sys
 import time
 import traceback
@@ -40,8 +48,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from coop_jax import models, parallel, rl  # noqa: E402
-from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu  # noqa: E402
+from coop_jax import config as config_lib, models, parallel, rl, sampling  # noqa: E402
+from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu, partition  # noqa: E402
 from coop_jax.train_step import StepConfig, init_state, jit_step, make_optimizer  # noqa: E402
 
 N, D, V = 4096, 1536, 151_936
@@ -55,6 +63,10 @@ MARKER = "tpu_custom_call"
 TINY = models.ModelConfig(vocab_size=2048, hidden_size=256, intermediate_size=512, num_layers=2,
                           num_heads=4, num_kv_heads=2, tie_embeddings=True)
 GROUP, PROMPTS, PROMPT_LEN, RESPONSE_LEN = 4, 8, 32, 32
+# the sampler part: FSDP meshes like the config's (2, 4, 1), on 4 and 16 chips
+SAMPLER_MESHES = {"v5e:2x2": [(1, 4, 1)], "v5e:4x4": [(4, 4, 1)]}
+QWEN_EOS, QWEN_PAD = (151_645, 151_643), 151_643  # <|im_end|>, <|endoftext|>
+PARTS = ("kernels", "mesh", "step", "sampler")
 
 
 def _sds(shape, dtype, mesh, *spec):
@@ -86,20 +98,24 @@ def kernel_programs(mesh, dtype, rows: tuple | None = None, vocab=None) -> dict:
             "sampler": (sample, (key, hb, w, temp))}
 
 
-def _compile(fn, args) -> tuple[float, int]:
-    """(compile seconds, Mosaic kernels in the compiled program)."""
+def _compile(fn, args) -> tuple[float, int, float | None]:
+    """(compile seconds, Mosaic kernels in the compiled program, its temporaries in GiB)."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
+    seconds = time.perf_counter() - start
     kernels = compiled.as_text().count(MARKER)
     if not kernels:
         raise RuntimeError("no Mosaic kernel in the compiled program")
-    return time.perf_counter() - start, kernels
+    memory = compiled.memory_analysis()
+    temp = None if memory is None else memory.temp_size_in_bytes / 2 ** 30
+    return seconds, kernels, temp
 
 
 def _row(row: dict, fn, args) -> dict:
     try:
-        seconds, kernels = _compile(fn, args)
-        row.update(ok=True, seconds=round(seconds, 1), kernels=kernels)
+        seconds, kernels, temp = _compile(fn, args)
+        row.update(ok=True, seconds=round(seconds, 1), kernels=kernels,
+                   temp_gib=None if temp is None else round(temp, 4))
     except Exception as e:  # noqa: BLE001 - report every failure, keep going
         msg = str(e).strip().splitlines()
         row.update(ok=False, error=f"{type(e).__name__}: {msg[0][:160] if msg else ''}",
@@ -193,27 +209,99 @@ def mesh_part(kernels: bool = True) -> list[dict]:
     return rows
 
 
+def _memory_plan():
+    """benchmarks/memory_plan.py (the config loader with the Hub architectures)."""
+    path = pathlib.Path(__file__).resolve().parent / "memory_plan.py"
+    spec = importlib.util.spec_from_file_location("memory_plan", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sampler_program(mesh):
+    """(generate, abstract args, note): the trainer's rollout sampler of the Qwen2.5-1.5B GSM8K
+    config on `mesh`, kernels.impl = "auto" resolved for the platform of the mesh's devices."""
+    plan = _memory_plan()
+    config = plan.load_config(plan.DEFAULT_CONFIG)
+    cfg, r = config_lib.model_config(config.model), config.rollout
+    scfg = sampling.SamplingConfig(
+        max_new_tokens=r.max_new_tokens, eos_ids=QWEN_EOS, pad_id=QWEN_PAD,
+        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
+        valid_vocab=plan.VALID_VOCAB, kernel_impl="auto")
+    platform = mesh.devices.flat[0].platform
+    if platform != "tpu":
+        raise RuntimeError(f"the sampler compile needs TPU devices, got {platform}")
+    sds = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+    params = jax.tree_util.tree_map(sds, nn.meta.unbox(models.abstract_params(cfg)),
+                                    parallel.param_shardings(cfg, mesh))
+    shape = (r.prompts_per_step, config.data.max_prompt_len)
+    host = {"ids": np.zeros(shape, np.int32), "mask": np.zeros(shape, np.bool_)}
+    shardings = parallel.batch_shardings(host, mesh)  # replicated where B < data x fsdp
+    key = sds(jax.eval_shape(lambda: jax.random.key(0)), parallel.replicated(mesh))
+
+    def sample(params, ids, mask, key):
+        # A TPU host resolves auto to pallas_tpu only on a mesh (with several devices, else
+        # xla); the backend override stands in for its jax.default_backend() and nothing else.
+        hidden = jnp.zeros((r.prompts_per_step * r.group_size, cfg.hidden_size))
+        if partition.layout(hidden, models.unembed_matrix(params, cfg)) is None:
+            raise RuntimeError("the sampler's unembedding is not on the mesh")
+        return sampling.generate(params, cfg, scfg, ids, mask, key, backend=platform)
+
+    split = "batch-sharded" if shardings["ids"].spec != P() else "replicated"
+    note = (f"Qwen2.5-1.5B {cfg.dtype}, {r.prompts_per_step}x{r.group_size} rows, "
+            f"{shape[1]}+{r.max_new_tokens} tokens, prompts {split}, impl auto -> {platform}")
+    return sample, (params, sds(host["ids"], shardings["ids"]),
+                    sds(host["mask"], shardings["mask"]), key), note
+
+
+def sampler_part() -> list[dict]:
+    from jax.experimental import topologies
+    rows = []
+    for topo, shapes in SAMPLER_MESHES.items():
+        devices = topologies.get_topology_desc(topo, "tpu").devices
+        for shape in shapes:
+            fn, args, note = sampler_program(parallel.make_mesh(shape, devices))
+            rows.append(_row(dict(part="sampler", chip=topo, mesh=str(shape), dtype="bf16",
+                                  program="sampler (auto)", note=note), fn, args))
+    return rows
+
+
 def _fmt(row: dict) -> str:
-    status = (f"ok {row['seconds']:6.1f}s {row['kernels']:3d} kernels" if row["ok"]
+    gib = row.get("temp_gib")
+    temp = "" if gib is None else (f" temp {gib:.2f} GiB" if gib >= 0.01
+                                   else f" temp {gib * 1024:.1f} MiB")
+    status = (f"ok {row['seconds']:6.1f}s {row['kernels']:3d} kernels{temp}" if row["ok"]
               else f"FAIL {row['error']}")
     return (f"| {row['chip']:<16} | {row['mesh']:<9} | {row['dtype']:<4} | {row['program']:<15} "
             f"| {status} | {row.get('note', '')} |")
 
 
+def _parts(value: str) -> set[str]:
+    parts = {p.strip() for p in value.split(",") if p.strip()}
+    if not parts or parts - set(PARTS):
+        raise argparse.ArgumentTypeError(f"--only takes a comma-separated subset of {PARTS}, "
+                                         f"got {value!r}")
+    return parts
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("kernels", "mesh", "step"),
-                        help="step: only the train step on every mesh (what .ci/run compiles)")
+    parser.add_argument("--only", type=_parts, default=set(PARTS) - {"step"},
+                        help="comma-separated parts of " + ",".join(PARTS) + " (default all; "
+                             "step: only the train step of the mesh part; .ci/run compiles "
+                             "step,sampler)")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     a = parser.parse_args(argv)
     print(f"jax {jax.__version__}; N={N} D={D} V={V}")
     print("| chip             | mesh      | dtype | program        | compile | note |")
     start = time.perf_counter()
     rows = []
-    if a.only in (None, "kernels"):
+    if "kernels" in a.only:
         rows += kernels_part()
-    if a.only in (None, "mesh", "step"):
-        rows += mesh_part(kernels=a.only != "step")
+    if a.only & {"mesh", "step"}:
+        rows += mesh_part(kernels="mesh" in a.only)
+    if "sampler" in a.only:
+        rows += sampler_part()
     failed = [r for r in rows if not r["ok"]]
     print(f"{len(rows) - len(failed)}/{len(rows)} compiled in {time.perf_counter() - start:.0f} s")
     for r in failed:

@@ -231,6 +231,51 @@ def test_vocab_tile_does_not_change_samples(sampled, params, prompts, monkeypatc
     np.testing.assert_allclose(np.asarray(tiled.logprobs), sampled[1.0].logprobs, atol=1e-5)
 
 
+def _traced_decode_choices(monkeypatch, params, prompts, **generate_kw) -> set:
+    """(impl, vocab_tile) of every fused_sample call `generate` traces, the kernel faked out."""
+    from coop_jax.kernels import partition
+    from coop_jax.sampling import sampler
+    calls = set()
+
+    def fake_sample(key, hidden, unembed, temperature, top_k, top_p, *, impl, vocab_tile,
+                    valid_vocab):
+        # the kernel re-resolves what it is given; a concrete impl must come back unchanged
+        assert partition.resolve_impl(impl, hidden, unembed) == impl
+        calls.add((impl, vocab_tile))
+        zeros = jnp.zeros(hidden.shape[:1], jnp.float32)
+        return zeros.astype(jnp.int32), zeros, zeros
+
+    monkeypatch.setattr(sampler.kernels, "fused_sample", fake_sample)
+    jax.eval_shape(lambda prm, t, m, k: sampler.generate(prm, CFG, _sampled_cfg(1.0), t, m, k,
+                                                         **generate_kw),
+                   params, *prompts, jax.random.key(0))
+    return calls
+
+
+def test_auto_impl_is_resolved_once_with_the_mesh(params, prompts, monkeypatch):
+    """kernels.impl=auto on a multi-device TPU host: the decode tile and the kernel come from one
+    resolution. Unplaced arrays take the xla path (XLA could partition a Mosaic call) with the
+    whole-vocabulary tile; mesh-placed ones the Mosaic kernel with its own VMEM-bound tile, not
+    the xla path's whole-vocabulary tile (which a resolution without the mesh would pick)."""
+    mesh = parallel.make_mesh((2, 2, 2))
+    data = parallel.batch_sharding(mesh)
+    sds = lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+    placed = jax.tree_util.tree_map(sds, params, parallel.param_shardings(CFG, mesh))
+    placed_prompts = tuple(sds(jnp.asarray(x), data) for x in prompts)
+    host_prompts = tuple(jnp.asarray(x) for x in prompts)
+    assert jax.device_count() > 1
+    # an explicit backend resolves as that platform would, from any host (AOT compiles)
+    assert _traced_decode_choices(monkeypatch, placed, placed_prompts, backend="tpu") == \
+        {("pallas_tpu", None)}
+    assert _traced_decode_choices(monkeypatch, placed, placed_prompts) == {("xla", CFG.vocab_size)}
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert _traced_decode_choices(monkeypatch, placed, placed_prompts) == {("pallas_tpu", None)}
+    assert _traced_decode_choices(monkeypatch, params, host_prompts) == {("xla", CFG.vocab_size)}
+    from coop_jax.sampling import sampler
+    with pytest.raises(ValueError, match="resolved impl"):
+        sampler.decode_vocab_tile("auto", B * G, CFG.vocab_size)
+
+
 def test_valid_vocab_is_never_sampled(params, prompts):
     boosted = jax.tree_util.tree_map(lambda x: x, params)
     # a large constant residual component (embedding dim 0) read by the unembedding of the ids

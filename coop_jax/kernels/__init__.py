@@ -6,6 +6,7 @@ kernel chosen by ``jax.default_backend()`` (``"auto"`` picks it on TPU/GPU).
 """
 from coop_jax.kernels._common import IMPLS
 from coop_jax.kernels.logprobs import fused_logprobs
+from coop_jax.kernels.partition import resolve_impl
 from coop_jax.kernels.sampler import DEFAULT_MAX_CANDIDATES, fused_sample
 
-__all__ = ["IMPLS", "DEFAULT_MAX_CANDIDATES", "fused_logprobs", "fused_sample"]
+__all__ = ["IMPLS", "DEFAULT_MAX_CANDIDATES", "fused_logprobs", "fused_sample", "resolve_impl"]

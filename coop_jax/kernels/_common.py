@@ -16,18 +16,22 @@ from jax import lax
 M_INIT = -1e30  # finite "minus infinity": keeps (m_old - m_new) * 0 free of NaN
 GREEDY_TEMPERATURE = 1e-6
 IMPLS = ("auto", "reference", "xla", "pallas", "pallas_tpu", "pallas_gpu")
+CONCRETE_IMPLS = ("reference", "xla", "pallas_tpu", "pallas_gpu")
 
 
-def resolve_impl(impl: str, interpret: object, on_mesh: bool = False) -> str:
+def resolve_impl(impl: str, interpret: object, on_mesh: bool = False,
+                 backend: str | None = None) -> str:
     """Map ``impl`` (see ``IMPLS``) to a concrete one: reference, xla, pallas_tpu or pallas_gpu.
 
     ``on_mesh``: the arrays' mesh is known, so the Pallas kernels can be wrapped in shard_map.
     Otherwise, with several devices XLA might still partition the call, which a Mosaic/Triton
     kernel cannot survive, so ``auto`` takes the xla path there.
+    ``backend``: the platform to resolve for (default ``jax.default_backend()``), e.g. "tpu" when
+    compiling for TPU topologies ahead of time on a CPU host.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-    backend = jax.default_backend()
+    backend = backend or jax.default_backend()
     if impl == "auto":
         if not on_mesh and jax.device_count() > 1:
             return "xla"

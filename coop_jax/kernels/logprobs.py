@@ -155,7 +155,7 @@ def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
     """
     _validate(hidden, unembed, targets, temperature)
     valid_vocab = _common.resolve_valid_vocab(valid_vocab, unembed.shape[1])
-    impl = _common.resolve_impl(impl, interpret, partition.layout(hidden, unembed) is not None)
+    impl = partition.resolve_impl(impl, hidden, unembed, interpret)
     temp = jnp.asarray(temperature, jnp.float32)
     if temp.shape != ():
         raise ValueError(f"temperature must be a scalar, got shape {temp.shape}")

@@ -23,6 +23,8 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from coop_jax.kernels import _common
+
 ROWS, COLS, REPLICATED = "rows", "cols", "replicated"  # how an argument is laid out
 
 
@@ -88,6 +90,14 @@ def layout(hidden: jax.Array, unembed: jax.Array) -> Layout | None:
     vocab = _dividing(_spec_entry(unembed, 1) or _rule("vocab", mesh), mesh, unembed.shape[1])
     rows = tuple(a for a in _spec_entry(hidden, 0) or _rule("batch", mesh) if a not in vocab)
     return Layout(mesh, _dividing(rows, mesh, hidden.shape[0]), vocab)
+
+
+def resolve_impl(impl: str, hidden: jax.Array, unembed: jax.Array, interpret: Any = False,
+                 backend: str | None = None) -> str:
+    """The concrete impl the fused kernels run for these arrays (``_common.resolve_impl``, on
+    mesh when ``layout`` finds one). Callers that also size things by impl resolve once with
+    this and pass the result, so ``auto`` cannot resolve two ways."""
+    return _common.resolve_impl(impl, interpret, layout(hidden, unembed) is not None, backend)
 
 
 def unsplit_vocab(unembed: jax.Array) -> jax.Array:

@@ -106,7 +106,7 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
     num_cand = filtering.num_candidates(top_k, top_p, max_candidates, vocab)
     filtered = top_k > 0 or top_p < 1.0
-    impl = _common.resolve_impl(impl, interpret, partition.layout(hidden, unembed) is not None)
+    impl = partition.resolve_impl(impl, hidden, unembed, interpret)
     if impl == "reference":
         return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates,
                                 vocab)

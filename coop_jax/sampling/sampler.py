@@ -70,16 +70,24 @@ _WHOLE_VOCAB_BYTES = 256 * 2 ** 20
 
 
 def decode_vocab_tile(impl: str, rows: int, vocab: int) -> int | None:
-    """Vocabulary tile of the decode-time sampler: the whole vocabulary on the XLA path when the
+    """Vocabulary tile of the decode-time sampler for a concrete `impl` (resolved by
+    `kernels.resolve_impl`, as `generate` does): the whole vocabulary on the XLA path when the
     [rows, V] block is small, else None (the kernel's default; Pallas tiles are VMEM-bound)."""
-    if _common.resolve_impl(impl, False) == "xla" and rows * vocab * 4 <= _WHOLE_VOCAB_BYTES:
+    if impl not in _common.CONCRETE_IMPLS:
+        raise ValueError(f"decode_vocab_tile needs a resolved impl, one of "
+                         f"{_common.CONCRETE_IMPLS}, got {impl!r}")
+    if impl == "xla" and rows * vocab * 4 <= _WHOLE_VOCAB_BYTES:
         return vocab
     return None
 
 
 def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt_tokens: Array,
-             prompt_mask: Array, key: Array) -> Rollouts:
-    """Sample `scfg.num_samples` responses for each prompt. Call under `jax.jit` (see `make`)."""
+             prompt_mask: Array, key: Array, *, backend: str | None = None) -> Rollouts:
+    """Sample `scfg.num_samples` responses for each prompt. Call under `jax.jit` (see `make`).
+
+    `backend` is the platform `scfg.kernel_impl` is resolved for (default
+    `jax.default_backend()`; "tpu" to compile for TPU topologies from a CPU host).
+    """
     g, n = scfg.num_samples, scfg.max_new_tokens
     prompt_tokens, prompt_mask = left_align(prompt_tokens, prompt_mask.astype(bool), scfg.pad_id)
     b, p = prompt_tokens.shape
@@ -98,13 +106,15 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     rows = b * g
     temperature = jnp.full((rows,), scfg.temperature, jnp.float32)
     eos = jnp.asarray(scfg.eos_ids, jnp.int32)
-    vocab_tile = decode_vocab_tile(scfg.kernel_impl, rows, unembed.shape[1])
+    # once, with the arrays' mesh: the tile and the kernel must agree on the path
+    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend=backend)
+    vocab_tile = decode_vocab_tile(impl, rows, unembed.shape[1])
 
     def emit(i, hidden, done, tokens, logps, ents, key):
         """Sample token i of every row from its hidden state; rows already done get padding."""
         key, step_key = jax.random.split(key)
         tok, logp, ent = kernels.fused_sample(step_key, hidden, unembed, temperature,
-                                              scfg.top_k, scfg.top_p, impl=scfg.kernel_impl,
+                                              scfg.top_k, scfg.top_p, impl=impl,
                                               valid_vocab=scfg.valid_vocab,
                                               vocab_tile=vocab_tile)
         tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
