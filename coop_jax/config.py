@@ -100,7 +100,14 @@ def base_config() -> ml_collections.ConfigDict:
     # extraction: auto (the reward type's reference default, rewards.REWARD_SOURCES) | lenient |
     # strict_boxed | strict_hash
     c.verifier = ml_collections.ConfigDict(dict(num_workers=2, timeout_s=5.0, extraction="auto"))
-    c.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1), distributed=False))
+    # shape: (data, fsdp, tensor), one -1 allowed. distributed: join a multi-process run
+    # (parallel.maybe_initialize_distributed) with coordinator_address "host:port", num_processes
+    # and process_id; unset ("", 0, -1) they come from COOP_COORDINATOR_ADDRESS /
+    # COOP_NUM_PROCESSES / COOP_PROCESS_ID (set by coop_jax.launch.local), else JAX detects the
+    # cluster (Cloud TPU, SLURM, ...). Give all three or none.
+    c.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1), distributed=False,
+                                            coordinator_address="", num_processes=0,
+                                            process_id=-1))
     c.train = ml_collections.ConfigDict(dict(
         steps=100, log_every=1, eval_every=25, checkpoint_every=25, keep_checkpoints=3,
         nan_policy="error", max_nan_skips=10))
@@ -166,6 +173,29 @@ def _validate_model(section, field):
     _one_of(section.param_dtype, tuple(DTYPES), f"{field}.param_dtype")
     _one_of(section.dtype, tuple(DTYPES), f"{field}.dtype")
     _one_of(section.family, ("qwen2", "llama"), f"{field}.family")
+
+
+def _int_field(value, field, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"config.{field} must be an integer >= {minimum}, got {value!r}")
+
+
+def _validate_distributed(mesh) -> None:
+    """The multi-process fields (old configs without them read as unset)."""
+    if not isinstance(mesh.get("distributed", False), bool):
+        raise ValueError(f"config.mesh.distributed must be True or False, got "
+                         f"{mesh.distributed!r}")
+    address = mesh.get("coordinator_address", "")
+    host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+    if not isinstance(address, str) or (address and not (host and port.isdigit()
+                                                          and 0 < int(port) < 65536)):
+        raise ValueError(f"config.mesh.coordinator_address must be 'host:port' (or \"\" for the "
+                         f"environment / cluster auto-detection), got {address!r}")
+    num, pid = mesh.get("num_processes", 0), mesh.get("process_id", -1)
+    _int_field(num, "mesh.num_processes", 0)
+    _int_field(pid, "mesh.process_id", -1)
+    if num and pid >= num:
+        raise ValueError(f"config.mesh.process_id ({pid}) must be < mesh.num_processes ({num})")
 
 
 def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> None:
@@ -240,6 +270,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
             s == 0 or s < -1 for s in shape):
         raise ValueError(f"config.mesh.shape must be three ints (data, fsdp, tensor) with at most "
                          f"one -1, got {shape}")
+    _validate_distributed(c.mesh)
     if device_count is not None:
         data, fsdp, _ = resolve_mesh_shape(shape, device_count)
         if (c.rollout.prompts_per_step * c.rollout.group_size) % (data * fsdp):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) a Cloud TPU VM pod slice, install coop_jax on every worker and run the same
-# coop-train command on all of them. Every worker runs one JAX process; jax.distributed
+# coop-train command on all of them. Every worker runs one JAX process; with
+# --config.mesh.distributed=True (added unless the extra flags set it) jax.distributed
 # initialises itself from the TPU metadata.
 set -euo pipefail
 
@@ -132,9 +133,12 @@ fi
 on_all "cd $REMOTE_DIR && python3 -m pip install -U pip && python3 -m pip install -e '.[tpu]'"
 
 train_cmd="cd $REMOTE_DIR && coop-train --config=$(printf '%q' "$CONFIG") --workdir=$(printf '%q' "$WORKDIR")"
+DISTRIBUTED_SET=0
 for arg in "${EXTRA[@]+"${EXTRA[@]}"}"; do
   train_cmd+=" $(printf '%q' "$arg")"
+  [[ "$arg" != --config.mesh.distributed* ]] || DISTRIBUTED_SET=1
 done
+[[ "$DISTRIBUTED_SET" == 1 ]] || train_cmd+=" --config.mesh.distributed=True"
 if [[ "$BACKGROUND" == 1 ]]; then
   train_cmd="${train_cmd/coop-train/nohup coop-train} > train.log 2>&1 &"
 fi

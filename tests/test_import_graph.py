@@ -2,7 +2,8 @@
 
 Layers, lowest first: models / kernels / parallel / hf  <-  sampling  <-  rl, verify, data
 <-  rm_input, rm_scoring, stats (shared by both sides)  <-  training (train*, cooper, rewards,
-config, sft, export) and evaluation (eval)  <-  experiments.
+config, sft, export) and evaluation (eval)  <-  experiments. The process launchers (launch) stand
+apart: they import nothing from the package (no JAX before the children set it up).
 Every import counts, also those inside functions.
 """
 import ast
@@ -57,6 +58,7 @@ FORBIDDEN = {
     "verify": {"sampling", "rl", "data", "eval", "experiments"} | TRAINING,
     "eval": {"train", "train_step", "train_rm", "cooper", "rewards", "sft", "experiments"},
 }
+FORBIDDEN["launch"] = {_component(m) for m in MODULES} - {"launch"}
 # every data module, the coop-rephrase script included (its chat clients live in sampling.chat)
 DATA_LIBRARY = {m for m in MODULES if _component(m) == "data"}
 

@@ -54,7 +54,7 @@ def test_tpu_pod_dry_run():
     assert any("pip install -e" in line and ".[tpu]" in line for line in ssh)
     train = ssh[-1]
     assert ("coop-train --config=configs/default.py --workdir=gs://bucket/run1 "
-            "--config.rl.num_steps=10") in train
+            "--config.rl.num_steps=10 --config.mesh.distributed=True") in train
     assert "delete" not in out.stdout
 
 
