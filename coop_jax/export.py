@@ -10,7 +10,7 @@ import sys
 
 import jax
 
-from coop_jax import checkpoint, hf
+from coop_jax import checkpoint, hf, parallel
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 
 
@@ -22,8 +22,11 @@ def export(checkpoint_dir: str, out_dir: str, which: str = "policy", step: int |
         tokenizer_dir = meta.get("tokenizer", "")
     tokenizer_dir = tokenizer_dir or CHAR_TOKENIZER_DIR
     pad = load_tokenizer(tokenizer_dir).pad_token_id
-    lm = hf.from_params(cfg, jax.device_get(params), tokenizer_dir=tokenizer_dir, pad_token_id=pad)
-    hf.save(lm, out_dir)
+    # gathered on every process (a collective in a multi-process job), written by the first
+    lm = hf.from_params(cfg, parallel.host.fetch(params), tokenizer_dir=tokenizer_dir,
+                        pad_token_id=pad)
+    if jax.process_index() == 0:
+        hf.save(lm, out_dir)
     return out_dir
 
 

@@ -19,9 +19,15 @@ def _jsonable(value):
 
 
 class MetricWriter:
+    """`primary=False` (every process of a multi-host run but the first) writes nothing: the
+    metrics are already reduced over all hosts."""
+
     def __init__(self, workdir: str, resume_step: int | None = None, tensorboard: bool = True,
-                 filename: str = "metrics.jsonl"):
+                 filename: str = "metrics.jsonl", primary: bool = True):
         self.path = os.path.join(workdir, filename)
+        self._file = self._tb = None
+        if not primary:
+            return
         if resume_step is not None and os.path.exists(self.path):
             # Drop steps written after the checkpoint we resume from: they will be redone.
             rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
@@ -37,6 +43,8 @@ class MetricWriter:
 
     def write(self, step: int, metrics: dict) -> dict:
         row = {"step": int(step)} | {k: _jsonable(v) for k, v in sorted(metrics.items())}
+        if self._file is None:
+            return row
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
         if self._tb is not None:
@@ -46,7 +54,8 @@ class MetricWriter:
         return row
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
         if self._tb is not None:
             self._tb.close()
 

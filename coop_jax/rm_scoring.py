@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from coop_jax import models
+from coop_jax.parallel import host
 from coop_jax.rm_input import RMInputFormat, check_triples
 from coop_jax.sampling.batching import fixed_batches
 from coop_jax.stats import BOOTSTRAP, bootstrap_ci, ci, interval_to_json, roc_auc
@@ -34,11 +35,18 @@ def score_triples(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequen
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids, mask = fmt.tokenize_triples(tokenizer, triples)
     fn = _jit_scores(rm_cfg)
-    bs = min(batch_size, len(triples))
+    mesh, hosts = host.mesh_of(params), jax.process_count()
+    bs = -(-min(batch_size, len(triples)) // hosts) * hosts  # each host scores its block
     scores = []
     for idx, real in fixed_batches(np.arange(len(triples)), bs):
-        out = np.asarray(fn(params, jnp.asarray(ids[idx]), jnp.asarray(mask[idx])), np.float64)
-        scores.append(out.reshape(len(idx), -1)[:real, 0])
+        block = idx[host.row_block(bs // hosts)]
+        if mesh is None:
+            batch = {"ids": jnp.asarray(ids[block]), "mask": jnp.asarray(mask[block])}
+        else:
+            batch = host.global_batch({"ids": ids[block], "mask": mask[block]}, mesh)
+        out = host.local_rows(host.host_aligned(fn(params, batch["ids"], batch["mask"])))
+        out = host.gather_rows(np.asarray(out, np.float32).reshape(len(block), -1)[:, 0])
+        scores.append(out.astype(np.float64)[:real])
     return np.concatenate(scores)
 
 

@@ -13,6 +13,7 @@ from coop_jax.data import format_prompt
 from coop_jax.sampling import tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.models.tokenizer import end_token_id
+from coop_jax.parallel import host
 from coop_jax.train_step import ModelState, gradient_step, make_optimizer
 
 log = logging.getLogger("coop_jax")
@@ -73,15 +74,22 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
 
     rng = np.random.default_rng(seed)
     model = ModelState(params, tx.init(params))
+    mesh, hosts = host.mesh_of(params), jax.process_count()
+    if batch_size % hosts:
+        raise ValueError(f"sft.batch_size ({batch_size}) must be a multiple of the number of "
+                         f"processes ({hosts})")
     losses = []
     for i in range(steps):
-        chosen = rng.integers(0, len(records), batch_size)
+        # every host draws the global batch and tokenises its own block of it
+        chosen = rng.integers(0, len(records), batch_size)[host.row_block(batch_size // hosts)]
         prompts = [format_prompt(template, records[j]["question"], tokenizer=tokenizer, chat=chat)
                    for j in chosen]
         p_ids, p_mask = tokenize_prompts(tokenizer, prompts, max_prompt_len)
         r_ids, r_mask = tokenize_responses(tokenizer, [targets[j] for j in chosen],
                                            max_len - max_prompt_len)
         batch = {"prompt_tokens": p_ids, "prompt_mask": p_mask, "tokens": r_ids, "mask": r_mask}
+        if mesh is not None:
+            batch = host.global_batch(batch, mesh)
         model, loss = step(model, batch)
         losses.append(float(loss))
         if log_every and (i + 1) % log_every == 0:

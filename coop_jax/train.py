@@ -123,7 +123,7 @@ def _load_reward_model(config, tokenizer, mesh, key):
     or `reward_model` (HF path or random architecture)."""
     rm_path = config.cooper.rm_checkpoint
     if rm_path:
-        rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm")
+        rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
         run_fmt = dataclasses.asdict(rm_input_format(config))
         for key, trained in trained_input_format(meta.get("config", {})).items():
             if trained is not None and trained != run_fmt[key] and not (
@@ -131,7 +131,7 @@ def _load_reward_model(config, tokenizer, mesh, key):
                 log.warning("the RM in %s was trained with input %s=%s, this run uses %s",
                             rm_path, key, trained, run_fmt[key])
         rm_tokenizer = load_tokenizer(meta.get("rm_tokenizer", meta.get("tokenizer")) or None)
-        return rm_cfg, parallel.shard_params(params, rm_cfg, mesh), rm_tokenizer
+        return rm_cfg, params, rm_tokenizer
     section = config.reward_model
     if not section.hf_path:
         log.warning("reward model starts from random weights (no reward_model.hf_path or "
@@ -142,6 +142,27 @@ def _load_reward_model(config, tokenizer, mesh, key):
 
 
 # ---------------------------------------------------------------------- the run's state
+def check_multi_process(config, num_processes: int) -> None:
+    """One line naming the setting that cannot run on `num_processes` hosts."""
+    if num_processes == 1:
+        return
+    if config.rollout.prompts_per_step % num_processes:
+        raise ValueError(f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be "
+                         f"a multiple of the number of processes ({num_processes})")
+    if config.rl.dynamic_sampling:
+        raise ValueError("rl.dynamic_sampling runs on one process only: hosts would draw "
+                         "different numbers of refills (set rl.dynamic_sampling=False)")
+    if (config.rollout.overlap and config.cooper.negative == "rewrite"
+            and config.cooper.assistant_hf_path and not config.cooper.assistant_url):
+        raise ValueError("rollout.overlap with a local rewrite assistant (cooper.assistant_hf_path)"
+                         " runs on one process only: the sharded assistant's calls are collectives"
+                         ", which the rollout thread cannot make (use cooper.assistant_url or "
+                         "rollout.overlap=False)")
+    if config.sft.steps and config.sft.batch_size % num_processes:
+        raise ValueError(f"sft.batch_size ({config.sft.batch_size}) must be a multiple of the "
+                         f"number of processes ({num_processes})")
+
+
 class Trainer:
     """One run's state: config, mesh, tokenizers, records, models, optimizer state, the compiled
     step and the checkpointer. The step's stages are the functions below; `run()` is the loop."""
@@ -149,8 +170,9 @@ class Trainer:
     def __init__(self, config, workdir: str):
         self.config, self.workdir = config, workdir
         os.makedirs(workdir, exist_ok=True)
-        parallel.maybe_initialize_distributed(config.mesh.distributed)
+        parallel.maybe_initialize_distributed(config.mesh)
         config_lib.validate(config, jax.device_count())
+        check_multi_process(config, jax.process_count())
         self.mesh = parallel.make_mesh(
             config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
         self.source = rewards.reward_source(config.reward.type)
@@ -195,11 +217,14 @@ class Trainer:
             kernel_impl=config.kernels.impl, max_new_tokens=config.rollout.max_new_tokens))
 
     def update(self, batch: dict):
-        """The compiled step; built on first use with explicit state and batch shardings."""
+        """The compiled step on this host's rows of the batch, made global arrays; built on first
+        use with explicit state and batch shardings."""
+        views = {k: self.source.num_views for k in VIEW_FIELDS if k in batch}
+        batch = parallel.host.global_batch(batch, self.mesh, parts=views)
         if self.step_fn is None:
             self.step_fn = jit_step(self.step_cfg, self.tx, self.rm_tx,
                                     state_shardings=self.state_shardings,
-                                    batch_sharding=parallel.batch_shardings(batch, self.mesh),
+                                    batch_sharding={k: v.sharding for k, v in batch.items()},
                                     replicated=parallel.replicated(self.mesh),
                                     donate=self.config.train.nan_policy == "error")
         return self.step_fn(self.state, batch)
@@ -255,10 +280,13 @@ def _rollout_key(run: Trainer, step: int, draw: int = 0):
 
 
 def _generate(run: Trainer, params, records, key, question_key="question") -> sampling.Rollouts:
+    """Rollouts of every host's prompts, as global arrays each host can read its rows of."""
     ids, mask = sampling.tokenize_prompts(run.tokenizer, _prompts(run.config, run.tokenizer, records,
                                                               question_key),
                                       run.config.data.max_prompt_len)
-    return run.sample(params, ids, mask, key)
+    prompts = parallel.host.global_batch({"ids": ids, "mask": mask}, run.mesh)
+    out = run.sample(params, prompts["ids"], prompts["mask"], key)
+    return jax.tree_util.tree_map(parallel.host.host_aligned, out)
 
 
 def sample_rollouts(run: Trainer, records: list[dict], key, params=None) -> Samples:
@@ -275,10 +303,12 @@ def sample_rollouts(run: Trainer, records: list[dict], key, params=None) -> Samp
 
 
 def decode_rollouts(run: Trainer, samples: Samples) -> Rollouts:
-    """The samples' texts (waits for the sampler)."""
+    """This host's rows of the samples, and their texts (waits for the sampler)."""
+    local = lambda out: jax.tree_util.tree_map(parallel.host.local_rows, out)
     decode = lambda out: sampling.decode_texts(run.tokenizer, out)
-    teacher = None if samples.teacher is None else decode(samples.teacher)
-    return Rollouts(samples.outs, [decode(out) for out in samples.outs], teacher)
+    outs = [local(out) for out in samples.outs]
+    teacher = None if samples.teacher is None else decode(local(samples.teacher))
+    return Rollouts(outs, [decode(out) for out in outs], teacher)
 
 
 def score_rollouts(run: Trainer, records: list[dict], rollouts: Rollouts, tools: HostTools):
@@ -319,9 +349,15 @@ def _view_batch(run: Trainer, out, host_rewards: np.ndarray) -> dict:
     return batch
 
 
+# the fields `make_batch` concatenates over the trained views (view-major)
+VIEW_FIELDS = ("prompt_tokens", "prompt_mask", "tokens", "mask", "rewards", "reward_bonus",
+               "loss_weight", "behaviour_logprobs", "behaviour_entropy")
+
+
 def make_batch(run: Trainer, records, rollouts: Rollouts, host_rewards, labels, pending) -> dict:
     """The compiled step's batch: every view's rows, then the RM's inputs of view 0."""
     views = [_view_batch(run, out, r) for out, r in zip(rollouts.outs, host_rewards)]
+    assert set(views[0]) <= set(VIEW_FIELDS), set(views[0]) - set(VIEW_FIELDS)
     batch = {k: np.concatenate([v[k] for v in views]) for k in views[0]}
     if run.rm_cfg is not None:
         rows = [(records[i // run.G]["question"], records[i // run.G]["reference"], t)
@@ -460,7 +496,7 @@ class RolloutFeed:
         """(meta entries, host items) that let a resumed run continue from here."""
         if self.ahead is None:
             return {"data": self.pipeline.state(), PENDING_ROLLOUTS: False}, {}
-        views = [{k: np.asarray(v) for k, v in out._asdict().items()}
+        views = [{k: v for k, v in out._asdict().items() if v is not None}
                  for out in self.ahead.samples.outs]
         return ({"data": self.ahead.data_state, PENDING_ROLLOUTS: True},
                 {PENDING_ROLLOUTS: {"views": views}})
@@ -468,15 +504,14 @@ class RolloutFeed:
     def resume(self, step: int, meta: dict) -> None:
         """After the pipeline's restore: prepare the checkpoint's pending batch of `step` again."""
         if self.overlap and meta.get(PENDING_ROLLOUTS) and step < self.run.config.train.steps:
-            saved = self.run.ckpt.load_host_item(PENDING_ROLLOUTS)
+            saved = self.run.ckpt.load_rows_item(PENDING_ROLLOUTS)
             self._prepare_ahead(step, Samples([sampling.Rollouts(**v) for v in saved["views"]]))
 
 
-def finish_rule_labels(pending, step_metrics: dict) -> dict:
-    """Rule accuracy (and its agreement with the RM's scores) from labels verified while the
-    device updated."""
+def finish_rule_labels(pending, scores: np.ndarray) -> dict:
+    """Rule accuracy (and its agreement with this host's rows of the RM's scores) from labels
+    verified while the device updated."""
     labels, _, timeouts = pending.result()
-    scores = np.asarray(step_metrics.pop("rm_scores"))
     return {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts,
             "rm_rule_agreement": float(np.mean((scores > 0) == (labels > 0.5)))}
 
@@ -571,7 +606,8 @@ def run_loop(run: Trainer) -> dict:
                      "wall_seconds_before": 0.0}
             save_checkpoint(run, feed, 0, extra)
         start = int(run.state.step)
-        writer = MetricWriter(run.workdir, start if run.resuming else None)
+        writer = MetricWriter(run.workdir, start if run.resuming else None,
+                              primary=jax.process_index() == 0)
         if not run.resuming:  # step 0 of the curves: the policy (and RM) before RL
             writer.write(0, initial | rm_heldout(run))
         nan_skips, final = 0, None
@@ -583,13 +619,15 @@ def run_loop(run: Trainer) -> dict:
             if run.source.before_step is not None:
                 run.state, metrics = run.source.before_step(run.state, step, c)
             batch, host_metrics, pending = feed.next(step)
-            metrics.update(host_metrics)
 
             t0 = time.perf_counter()
             new_state, step_metrics = run.update(batch)  # dispatched asynchronously
+            rm_scores = step_metrics.pop("rm_scores", None)
             step_metrics = jax.device_get(step_metrics)
             if pending is not None:
-                metrics.update(finish_rule_labels(pending, step_metrics))
+                host_metrics.update(finish_rule_labels(
+                    pending, parallel.host.local_rows(parallel.host.host_aligned(rm_scores))))
+            metrics.update(parallel.host.reduce_metrics(host_metrics))
             metrics["time/update"] = time.perf_counter() - t0
             if np.isfinite(step_metrics["loss"]):
                 run.state = new_state
@@ -615,6 +653,7 @@ def run_loop(run: Trainer) -> dict:
             row = writer.write(done, metrics)
             bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
                             acc=f"{row.get('rule_accuracy', 0):.3f}")
+            stop["flag"] = parallel.host.any_process(stop["flag"])  # every host saves, or none
             if stop["flag"] or _due(done, c.train.checkpoint_every, last):
                 wall = extra["wall_seconds_before"] + time.time() - start_time
                 save_checkpoint(run, feed, done, extra | {"wall_seconds_before": wall})
@@ -626,7 +665,9 @@ def run_loop(run: Trainer) -> dict:
         writer.close()
         if final is None:  # resumed a run that had already finished its steps
             final = evaluate(run, eval_verifier) | rm_heldout(run)
-        stats = verifier.stats.as_dict()
+        # every host's verifier pool checked its own rows
+        stats = {k: sum(host[k] for host in parallel.host.gather_json(verifier.stats.as_dict()))
+                 for k in verifier.stats.as_dict()}
     signal.signal(signal.SIGTERM, previous)
     summary = {
         "method": c.reward.type, "reward_type": c.reward.type, "seed": c.seed,
@@ -644,10 +685,11 @@ def run_loop(run: Trainer) -> dict:
     }
     if "rm_heldout_accuracy" in final:
         summary["rm_heldout_accuracy"] = final["rm_heldout_accuracy"]
-    with open(os.path.join(run.workdir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_curves({os.path.basename(os.path.abspath(run.workdir)): read_metrics(run.workdir)},
-                os.path.join(run.workdir, "curves.png"))
+    if jax.process_index() == 0:
+        with open(os.path.join(run.workdir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+        plot_curves({os.path.basename(os.path.abspath(run.workdir)): read_metrics(run.workdir)},
+                    os.path.join(run.workdir, "curves.png"))
     run.ckpt.close()
     return summary
 
@@ -677,7 +719,8 @@ def run() -> None:
         log.setLevel(logging.INFO)
         log.propagate = False
         summary = train(flags.FLAGS.config, flags.FLAGS.workdir)
-        print(json.dumps(summary, indent=2))
+        if jax.process_index() == 0:
+            print(json.dumps(summary, indent=2))
 
     app.run(main)
 

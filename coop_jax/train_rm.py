@@ -58,7 +58,7 @@ from coop_jax.sampling.chat import chat_completions_url
 from coop_jax.train_step import (ModelState, TrainState, accumulate_gradients, apply_gradients,
                                  make_optimizer, place_state, split_micro_batches)
 from coop_jax.verify import RuleVerifier
-from coop_jax.verify.grouped import verify_grouped
+from coop_jax.verify.grouped import verify_across_hosts
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "eval", "default_config.py")
 MODES = config_lib.RM_TRAIN_MODES
@@ -159,7 +159,7 @@ def label_triples(records: Sequence[dict], completions: Sequence[Sequence[str]],
         unique = list(dict.fromkeys(kept))
         stats["duplicates"] += len(kept) - len(unique)
         groups.append(unique)
-    results = verify_grouped(verifier, [r["reference"] for r in records], groups)
+    results = verify_across_hosts(verifier, [r["reference"] for r in records], groups)
     triples = []
     for rec, group, res in zip(records, groups, results):
         for c, r in zip(group, res):
@@ -358,6 +358,10 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    hosts = jax.process_count()
+    if opts.batch_size % hosts:
+        raise ValueError(f"config.rm_train.batch_size ({opts.batch_size}) must be a multiple of "
+                         f"the number of processes ({hosts})")
     if opts.batch_size % (shards * opts.micro_batches):
         raise ValueError(f"config.rm_train.batch_size ({opts.batch_size}) must be a multiple of "
                          f"the data x fsdp mesh size ({shards}) x rm_train.micro_batches "
@@ -393,7 +397,8 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
         state = ckpt.restore(TrainState(np.asarray(0, np.int32), None, None, state))[0].rm
         log.info("resuming RM training from step %d", resumed_from)
     step = resumed_from or 0
-    writer = MetricWriter(workdir, resumed_from, tensorboard=False, filename="rm_metrics.jsonl")
+    writer = MetricWriter(workdir, resumed_from, tensorboard=False, filename="rm_metrics.jsonl",
+                          primary=jax.process_index() == 0)
     try:
         if heldout_triples and resumed_from is None:
             progress["held"] = _heldout_row(state.params, cfg, tokenizer, heldout_triples, fmt,
@@ -407,9 +412,11 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
             losses = list(progress["losses"])
             for b in range(progress["batch"], len(batches)):
                 idx, weight = batches[b]
+                block = parallel.host.row_block(len(idx) // hosts)  # this host's rows
+                idx, weight = idx[block], weight[block]
                 ids, mask = fmt.tokenize_triples(tokenizer, [train_triples[i] for i in idx])
-                host = {"tokens": ids, "mask": mask, "labels": labels[idx], "weight": weight}
-                batch = {k: jax.device_put(v, batch_sh[k]) for k, v in host.items()}
+                rows = {"tokens": ids, "mask": mask, "labels": labels[idx], "weight": weight}
+                batch = {k: parallel.host.global_rows(v, batch_sh[k]) for k, v in rows.items()}
                 state, metrics = step_fn(state, batch)
                 step += 1
                 metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -438,11 +445,10 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                     ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None, state),
                               meta | {"step": step, "rm_progress": progress})
         if progress["done"]:
-            host_params = jax.device_get(ckpt.load_item("rm_params"))
+            host_params = parallel.host.fetch(ckpt.load_item("rm_params"))
         else:
-            # gathered to this host first: single-process training, and orbax writes host
-            # arrays fast
-            host_params = jax.device_get(state.params)
+            # gathered to every host first (orbax writes host arrays fast)
+            host_params = parallel.host.fetch(state.params)
             progress["done"] = True
             ckpt.save(step, TrainState(np.asarray(step, np.int32), None, None,
                                        ModelState(host_params, None)),
@@ -450,7 +456,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     finally:
         writer.close()
         ckpt.close()
-    if opts.export_hf:
+    if opts.export_hf and jax.process_index() == 0:
         pad = int(tokenizer.pad_token_id)
         hf_config = dict(base_hf or {}, pad_token_id=pad)
         hf.save(hf.HFModel(cfg, host_params, hf_config, source=tok_path or CHAR_TOKENIZER_DIR),
@@ -470,8 +476,9 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                "resumed_from_step": resumed_from, "wall_seconds": time.time() - t0,
                "checkpoint": os.path.join(os.path.abspath(workdir), "checkpoints"),
                "export_hf": os.path.abspath(opts.export_hf) if opts.export_hf else None}
-    with open(os.path.join(workdir, "rm_summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=2)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "rm_summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=2)
     return summary
 
 
@@ -493,11 +500,10 @@ def _load_policy(fv, r, config, mesh):
         cfg, params, tok = lm.config, lm.params, lm.source
     else:
         try:
-            cfg, params, meta = checkpoint.load_model(r.policy_checkpoint, "policy")
+            cfg, params, meta = checkpoint.load_model(r.policy_checkpoint, "policy", mesh=mesh)
         except (ValueError, FileNotFoundError) as e:
             raise UsageError(f"config.rm_train.policy_checkpoint {r.policy_checkpoint}: "
                              f"{e}") from e
-        params = parallel.shard_params(params, cfg, mesh)
         tok = meta.get("tokenizer") or ""
         if not fv["config"].present and isinstance(meta.get("config"), dict):
             config = config_lib.base_config()
@@ -554,9 +560,12 @@ def _build_mode(fv) -> dict:
     if not triples:
         raise UsageError(f"no triples kept ({stats})")
     train, held = split_triples(triples, r.heldout_fraction, r.seed)
-    write_triples(r.out, train)
+    primary = jax.process_index() == 0  # every host holds every triple
+    if primary:
+        write_triples(r.out, train)
     if r.heldout_out:
-        write_triples(r.heldout_out, held)
+        if primary:
+            write_triples(r.heldout_out, held)
         stats["heldout"] = label_balance(held)
     stats["train"] = label_balance(train)
     b = stats["train"]
@@ -583,7 +592,8 @@ def _train_mode(fv) -> dict:
         summary = train_reward_model(config, train, r.workdir, heldout_triples=held)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    print(json.dumps(summary, indent=2))
+    if jax.process_index() == 0:
+        print(json.dumps(summary, indent=2))
     return summary
 
 
@@ -594,6 +604,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         config_lib.validate_rm_train(fv.config.rm_train)
     except ValueError as e:
         raise UsageError(str(e)) from e
+    parallel.maybe_initialize_distributed(fv.config.mesh)
     return _build_mode(fv) if fv.config.rm_train.mode == "build_triples" else _train_mode(fv)
 
 

@@ -42,6 +42,13 @@ def model_config_from_dict(d: dict) -> models.ModelConfig:
     return models.ModelConfig(**d)
 
 
+def _default_sharding() -> jax.sharding.Sharding:
+    if jax.process_count() == 1:
+        return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    mesh = jax.sharding.Mesh(jax.devices(), ("all",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+
 class Checkpointer:
     """`save(step, state, meta)` / `restore(state_like)`; `meta` is a JSON dict (data position,
     model configs, initial accuracy, ...)."""
@@ -67,7 +74,8 @@ class Checkpointer:
 
     def save(self, step: int, state, meta: dict, *, host_items: dict | None = None,
              force: bool = True) -> None:
-        """`host_items`: further named trees of numpy arrays, read back by `load_host_item`."""
+        """`host_items`: further named trees of arrays (numpy, or global row arrays such as the
+        pending rollouts), read back by `load_host_item` / `load_rows_item`."""
         args = {name: ocp.args.StandardSave(tree)
                 for name, tree in (_items(state) | (host_items or {})).items()}
         args["meta"] = ocp.args.JsonSave(meta)
@@ -97,25 +105,45 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
 
-    def load_item(self, item: str, step: int | None = None):
-        """One saved item (e.g. "policy_params") as arrays on the default device."""
-        if item not in STATE_ITEMS:
-            raise ValueError(f"item must be one of {STATE_ITEMS}, got {item!r}")
-        step = self._step(step)
-        # Target the default device explicitly: without a target orbax rebuilds the saved mesh
-        # shardings, which fails in a process with another device layout (eval, export).
+    def _item_metadata(self, item: str, step: int):
         from etils import epath
-        tree = ocp.StandardCheckpointHandler().metadata(
+        return ocp.StandardCheckpointHandler().metadata(
             epath.Path(self.directory) / str(step) / item).tree
-        device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def _restore_item(self, item: str, step: int, sharding_of):
+        """`item` restored onto `sharding_of(leaf metadata)` (or a tree of shardings): an explicit
+        target, since without one orbax rebuilds the saved mesh shardings, which fails in a
+        process with another device layout (eval, export)."""
+        tree = self._item_metadata(item, step)
+        shardings = sharding_of if not callable(sharding_of) else jax.tree_util.tree_map(
+            sharding_of, tree)
         target = jax.tree_util.tree_map(
-            lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), tree)
+            lambda m, s: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=s), tree, shardings)
         out = self._manager.restore(step, args=ocp.args.Composite(
             **{item: ocp.args.StandardRestore(target)}))
         return out[item]
 
+    def load_item(self, item: str, step: int | None = None, shardings=None):
+        """One saved item (e.g. "policy_params"): with `shardings` (a matching tree, e.g.
+        `parallel.param_shardings`) placed on them; else on the default device, or replicated
+        over every device when several processes run (all of them must call)."""
+        if item not in STATE_ITEMS:
+            raise ValueError(f"item must be one of {STATE_ITEMS}, got {item!r}")
+        if shardings is None:
+            shardings = _default_sharding()
+        return self._restore_item(item, self._step(step),
+                                  (lambda _: shardings) if isinstance(
+                                      shardings, jax.sharding.Sharding) else shardings)
+
+    def load_rows_item(self, item: str, step: int | None = None):
+        """A tree of global row arrays saved through `save(host_items=...)`, restored split over
+        processes in process order (each host can read its rows with `parallel.host.local_rows`)."""
+        from coop_jax.parallel import host
+        return self._restore_item(item, self._step(step),
+                                  lambda m: host.process_major_sharding(len(m.shape)))
+
     def load_host_item(self, item: str, step: int | None = None):
-        """A tree saved through `save(host_items=...)`, as numpy arrays."""
+        """A tree saved through `save(host_items=...)`, as numpy arrays (one process)."""
         step = self._step(step)
         out = self._manager.restore(step, args=ocp.args.Composite(
             **{item: ocp.args.StandardRestore()}))
@@ -125,9 +153,10 @@ class Checkpointer:
         self._manager.close()
 
 
-def load_model(directory: str, which: str = "policy", step: int | None = None):
+def load_model(directory: str, which: str = "policy", step: int | None = None, mesh=None):
     """(ModelConfig, params, meta) of the policy or the RM saved by `coop-train` in `directory`
-    (a workdir or its `checkpoints/` folder)."""
+    (a workdir or its `checkpoints/` folder); with `mesh`, the params are restored straight into
+    their `parallel.param_shardings` on it (every process must call)."""
     if which not in ("policy", "rm"):
         raise ValueError(f"which must be 'policy' or 'rm', got {which!r}")
     if os.path.isdir(os.path.join(directory, "checkpoints")):
@@ -139,6 +168,10 @@ def load_model(directory: str, which: str = "policy", step: int | None = None):
         if key not in meta:
             raise ValueError(f"checkpoint in {directory} has no {which} model")
         cfg = model_config_from_dict(meta[key])
-        return cfg, ckpt.load_item(f"{which}_params", step), meta
+        shardings = None
+        if mesh is not None:
+            from coop_jax import parallel
+            shardings = parallel.param_shardings(cfg, mesh)
+        return cfg, ckpt.load_item(f"{which}_params", step, shardings=shardings), meta
     finally:
         ckpt.close()

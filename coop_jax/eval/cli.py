@@ -19,14 +19,15 @@ import os
 import time
 from typing import Any
 
+import jax
 import ml_collections
 from absl import flags
 from absl.app import UsageError
 from ml_collections import config_flags
 
-from coop_jax import hf
+from coop_jax import hf, parallel
 from coop_jax.checkpoint import load_model
-from coop_jax.config import base_config
+from coop_jax.config import base_config, resolve_mesh_shape
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            load_split)
@@ -134,6 +135,14 @@ def _load_tokenizer(path: str):
                          f"{e}") from e
 
 
+def _mesh(f: flags.FlagValues):
+    """With several processes, the config's mesh (the model is sharded on it and every host
+    evaluates its share of the problems); one process evaluates on one device."""
+    if jax.process_count() == 1:
+        return None
+    return parallel.make_mesh(resolve_mesh_shape(f.config.mesh.shape, jax.device_count()))
+
+
 def _load_model(f: flags.FlagValues, which: str):
     """(ModelConfig, params, tokenizer, config, config_given, source description)."""
     if f.hf:
@@ -149,12 +158,14 @@ def _load_model(f: flags.FlagValues, which: str):
             raise UsageError(f"--hf folder {f.hf!r} has no tokenizer files; pass --tokenizer")
         tokenizer = _load_tokenizer(_pick(f.tokenizer, lm.source))
         config, given = _resolve_config(f, None)
-        return lm.config, lm.params, tokenizer, config, given, {"hf": os.path.abspath(f.hf)}
+        mesh = _mesh(f)
+        params = lm.params if mesh is None else parallel.shard_params(lm.params, lm.config, mesh)
+        return lm.config, params, tokenizer, config, given, {"hf": os.path.abspath(f.hf)}
 
     if not os.path.isdir(f.checkpoint):
         raise UsageError(f"--checkpoint: no such folder {f.checkpoint!r}")
     try:
-        cfg, params, meta = load_model(f.checkpoint, which=which, step=f.step)
+        cfg, params, meta = load_model(f.checkpoint, which=which, step=f.step, mesh=_mesh(f))
     except (ValueError, FileNotFoundError) as e:
         raise UsageError(f"--checkpoint {f.checkpoint}: {e}") from e
     config, given = _resolve_config(f, meta)
@@ -185,6 +196,8 @@ def _read_triples(path: str) -> list[dict]:
 
 
 def _write_outputs(out: str, report: dict, rows: list[dict]) -> None:
+    if jax.process_index() != 0:  # every host holds the combined report and rows
+        return
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "report.json"), "w") as fh:
         json.dump(report, fh, indent=2, sort_keys=True)
@@ -289,11 +302,13 @@ def main(argv: list[str]) -> dict[str, Any]:
     argv = [_ARG_ALIASES.get(a, a) for a in argv]
     fv = parse_flags(define_flags, argv)
     _validate(fv)
+    parallel.maybe_initialize_distributed(fv.config.mesh)
     t0 = time.time()
     report = _evaluate_rm(fv, t0) if fv.rm_triples else _evaluate_policy(fv, t0)
-    for line in summary_lines(report):
-        print(line)
-    print(f"wrote {os.path.join(fv.out, 'report.json')} and samples.jsonl")
+    if jax.process_index() == 0:
+        for line in summary_lines(report):
+            print(line)
+        print(f"wrote {os.path.join(fv.out, 'report.json')} and samples.jsonl")
     return report
 
 

@@ -15,7 +15,8 @@ from coop_jax import models
 from coop_jax.data import format_prompt
 from coop_jax.sampling import generate_texts
 from coop_jax.stats import BOOTSTRAP, ci, pass_at_k
-from coop_jax.verify.grouped import verify_grouped
+from coop_jax.verify.grouped import verify_across_hosts
+
 
 def _check_records(records: Sequence[dict]) -> None:
     if not records:
@@ -54,7 +55,7 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
         k = len(texts[0])
         if k < 1 or any(len(t) != k for t in texts):
             raise ValueError(f"every problem needs the same (>= 1) number of {mode} completions")
-        results = verify_grouped(verifier, references, texts)
+        results = verify_across_hosts(verifier, references, texts)
         correct = np.array([[res.correct for res in group] for group in results], np.float64)
         for i, (rec, group) in enumerate(zip(records, results)):
             for j, res in enumerate(group):

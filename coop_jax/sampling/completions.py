@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from coop_jax import models
+from coop_jax.parallel import host
 from coop_jax.models.tokenizer import stop_token_ids
 from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
@@ -34,20 +35,30 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
         valid_vocab=min(len(tokenizer), model_cfg.vocab_size), kernel_impl=kernel_impl)
     fn = make(model_cfg, scfg)
     ids, mask = tokenize_prompts(tokenizer, list(prompts), max_prompt_len)
-    bs = min(batch_size, len(prompts))  # a fixed shape for every batch: one compilation
+    mesh, hosts = host.mesh_of(params), jax.process_count()
+    # a fixed shape for every batch (one compilation); with several processes each global batch
+    # is split over the hosts, so the batches and their keys are those of one process
+    bs = -(-min(batch_size, len(prompts)) // hosts) * hosts
     key = jax.random.key(seed)
-    texts, lengths, truncated = [], [], []
+    done = {}  # prompt index -> (texts, lengths, truncated) of this host's prompts
     g = scfg.num_samples
     for b, (idx, real) in enumerate(fixed_batches(np.arange(len(prompts)), bs)):
-        out = fn(params, ids[idx], mask[idx], jax.random.fold_in(key, b))
+        block = host.row_block(bs // hosts)
+        if mesh is None:
+            batch = {"ids": ids[idx], "mask": mask[idx]}
+        else:
+            batch = host.global_batch({"ids": ids[idx[block]], "mask": mask[idx[block]]}, mesh)
+        out = fn(params, batch["ids"], batch["mask"], jax.random.fold_in(key, b))
+        out = jax.tree_util.tree_map(lambda x: host.local_rows(host.host_aligned(x)), out)
         decoded = decode_texts(tokenizer, out)
-        lens, trunc = np.asarray(out.lengths), np.asarray(out.truncated)
-        for j in range(real):
+        for j, position in enumerate(range(block.start, block.stop)[:max(0, real - block.start)]):
             rows = slice(j * g, (j + 1) * g)
-            texts.append(decoded[rows])
-            lengths.append([int(x) for x in lens[rows]])
-            truncated.append([bool(x) for x in trunc[rows]])
-    return texts, lengths, truncated
+            done[int(idx[position])] = (decoded[rows], [int(x) for x in out.lengths[rows]],
+                                        [bool(x) for x in out.truncated[rows]])
+    merged = {int(i): v for part in host.gather_json(done) for i, v in part.items()}
+    ordered = [merged[i] for i in range(len(prompts))]
+    return ([t for t, _, _ in ordered], [n for _, n, _ in ordered],
+            [u for _, _, u in ordered])
 
 
 def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, prompts: list[str], *,

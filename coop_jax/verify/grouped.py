@@ -26,3 +26,22 @@ def verify_grouped(verifier, references: Sequence[str], completions: Sequence[Se
         out.append(results[pos:pos + len(group)])
         pos += len(group)
     return out
+
+
+def verify_across_hosts(verifier, references: Sequence[str],
+                        completions: Sequence[Sequence[str]]) -> list[list[VerifyResult]]:
+    """`verify_grouped` with the problems split over the processes of a multi-host job: each
+    host's verifier pool checks its contiguous share, and every host gets all the verdicts."""
+    import jax  # only the training / evaluation process has it
+
+    hosts = jax.process_count()
+    if hosts == 1:
+        return verify_grouped(verifier, references, completions)
+    from coop_jax.parallel import host
+    n = len(completions)
+    block = host.row_block(-(-n // hosts))
+    mine = slice(min(n, block.start), min(n, block.stop))
+    verdicts = [[[r.correct, r.extracted, r.timed_out, r.error] for r in group]
+                for group in verify_grouped(verifier, references[mine], completions[mine])]
+    return [[VerifyResult(*v) for v in group]
+            for part in host.gather_json(verdicts) for group in part]
