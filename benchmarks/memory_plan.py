@@ -15,7 +15,15 @@ Needs a venv with jax[tpu] (libtpu), e.g. /work/tpuvenv:
         --micro-batches 1 4
     /work/tpuvenv/bin/python benchmarks/memory_plan.py --config configs/qwen2_5_0_5b_colab.py \
         --slices v5e-1 --layers 0 --scan on
+    /work/tpuvenv/bin/python benchmarks/memory_plan.py --slices v5e-8 --layers 0 --scan on \
+        --assistant on
     /work/tpuvenv/bin/python benchmarks/memory_plan.py --report docs/results/memory_plan/runs.jsonl
+
+`--assistant on` keeps the config's local rewrite assistant (`cooper.assistant_hf_path`, the
+architecture its path names in ARCHS, in `cooper.local_assistant_settings`' dtype) resident
+beside the train state: the step is compiled with the assistant's parameters as a kept argument,
+and one rewrite call (the assistant's sampler at the rewriter's shapes) with the train state as
+one; the plan's peak is the larger program's.
 
 Each compile appends one JSON line with the code's git commit (re-runs skip what the file already
 holds for that commit), so a long sweep can be stopped and resumed, and a change to the model or
@@ -41,10 +49,11 @@ os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # other processes may 
 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from coop_jax import config as config_lib, models, parallel  # noqa: E402
+from coop_jax import config as config_lib, cooper, kernels, models, parallel  # noqa: E402
 from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
 
 GIB = 2 ** 30
@@ -62,6 +71,9 @@ ARCHS = {
                           num_heads=12, num_kv_heads=2),
     "Qwen2.5-0.5B": dict(_QWEN, hidden_size=896, intermediate_size=4864, num_layers=24,
                          num_heads=14, num_kv_heads=2),
+    # the paper's rewrite assistant (cooper.assistant_hf_path): untied, 152,064-row embeddings
+    "Qwen2.5-7B": dict(_QWEN, hidden_size=3584, intermediate_size=18944, num_layers=28,
+                       num_heads=28, num_kv_heads=4, tie_embeddings=False, vocab_size=152_064),
 }
 QWEN2_5_1_5B = ARCHS["Qwen2.5-1.5B"]
 VALID_VOCAB = 151_665  # the Qwen2.5 tokenizer's size
@@ -78,13 +90,17 @@ SLICES = {
 GPUS = {"H100": 80, "H200": 141}
 
 
+def _arch_name(path: str, field: str) -> str:
+    name = next((k for k in ARCHS if k.lower() in path.lower()), None)
+    if name is None:
+        raise ValueError(f"config.{field} {path!r} names none of {sorted(ARCHS)}; add its "
+                         "architecture to memory_plan.ARCHS")
+    return name
+
+
 def _arch(section, field: str) -> dict:
     """The architecture of a section's hf_path (a key of ARCHS in the path), at its depth."""
-    name = next((k for k in ARCHS if k.lower() in section.hf_path.lower()), None)
-    if name is None:
-        raise ValueError(f"config.{field}.hf_path {section.hf_path!r} names none of "
-                         f"{sorted(ARCHS)}; add its architecture to memory_plan.ARCHS")
-    arch = dict(ARCHS[name])
+    arch = dict(ARCHS[_arch_name(section.hf_path, f"{field}.hf_path")])
     if section.get("keep_layers"):
         arch["num_layers"] = section.keep_layers
     return arch
@@ -165,23 +181,38 @@ def abstract_batch(config, mesh=None) -> dict:
             for k, v in host.items()}
 
 
+def assistant_model(config, scan: bool) -> tuple[str, models.ModelConfig]:
+    """(architecture name, ModelConfig) of the config's local rewrite assistant
+    (`cooper.assistant_hf_path`) as `cooper.make_rewriter` loads it: the architecture its path
+    names, parameters and activations in `cooper.local_assistant_settings`' dtype, layers
+    scanned with the policy's (`scan`)."""
+    path = config.cooper.assistant_hf_path
+    if not path or config.cooper.assistant_url:
+        raise ValueError("the config has no local rewrite assistant (cooper.assistant_hf_path "
+                         "unset, or cooper.assistant_url set)")
+    name = _arch_name(path, "cooper.assistant_hf_path")
+    dtype = cooper.local_assistant_settings(config)["dtype"]
+    section = config_lib.model_section(**ARCHS[name])
+    section.update(param_dtype=dtype, dtype=dtype)
+    return name, config_lib.model_config(section).replace(scan_layers=scan)
+
+
+def abstract_params(mcfg: models.ModelConfig, mesh):
+    """A model's parameters as sharded ShapeDtypeStructs (`parallel.param_shardings`)."""
+    return jax.tree_util.tree_map(_sds, nn.meta.unbox(models.abstract_params(mcfg)),
+                                  parallel.param_shardings(mcfg, mesh))
+
+
 def per_device_bytes(tree) -> int:
     """Bytes one device holds of a tree of sharded ShapeDtypeStructs (exact, no compile)."""
     return sum(int(np.prod(x.sharding.shard_shape(x.shape))) * np.dtype(x.dtype).itemsize
                for x in jax.tree_util.tree_leaves(tree))
 
 
-def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl, scan=False,
-                micro_batches=1) -> dict:
-    mesh = parallel.make_mesh(mesh_shape, devices)
-    cfg, tx, rm_tx = step_setup(config, layers, remat, kernel_impl, scan=scan,
-                                micro_batches=micro_batches)
-    state, batch = abstract_state(cfg, tx, rm_tx, mesh), abstract_batch(config, mesh)
-    step = jit_step(cfg, tx, rm_tx, state_shardings=jax.tree_util.tree_map(
-        lambda x: x.sharding, state), batch_sharding={k: v.sharding for k, v in batch.items()},
-        replicated=parallel.replicated(mesh))
+def _compile(fn, *args) -> dict:
+    """Lower and compile `fn` for `args`; its times and the TPU compiler's memory / cost."""
     t0, c0 = time.perf_counter(), time.process_time()
-    lowered = step.lower(state, batch)
+    lowered = fn.lower(*args)
     t1, c1 = time.perf_counter(), time.process_time()
     compiled = lowered.compile()
     seconds, cpu_seconds = time.perf_counter() - t1, time.process_time() - c1
@@ -190,13 +221,86 @@ def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl, scan=Fa
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     return dict(lower_s=round(t1 - t0, 1), lower_cpu_s=round(c1 - c0, 1),
                 compile_s=round(seconds, 1), compile_cpu_s=round(cpu_seconds, 1),
-                state_bytes=per_device_bytes(state),
-                batch_bytes=per_device_bytes(batch),
                 argument_bytes=int(mem.argument_size_in_bytes),
                 output_bytes=int(mem.output_size_in_bytes),
                 alias_bytes=int(mem.alias_size_in_bytes),
                 temp_bytes=int(mem.temp_size_in_bytes),
                 flops=float(cost.get("flops", float("nan"))) if cost else float("nan"))
+
+
+def rewrite_program(config, acfg: models.ModelConfig, mesh, kernel_impl: str, num_processes: int):
+    """(sampler, prompt ShapeDtypeStructs, settings) of one rewrite call of the local assistant
+    as `cooper.make_rewriter` runs it on `mesh`: `local_assistant_settings`' prompt and response
+    lengths, `sampling.chat.rows_per_process` rows from each process, the sampler's kernels
+    `kernel_impl` ("auto", as `local_chat` samples, is resolved for TPU on the mesh: what a TPU
+    host resolves it to; settings["kernel_impl"] names the result once traced)."""
+    from coop_jax.sampling.chat import rows_per_process
+    from coop_jax.sampling.sampler import SamplingConfig, generate
+    settings = cooper.local_assistant_settings(config)
+    rows = num_processes * rows_per_process(mesh, num_processes, settings["batch_size"])
+    p = settings["max_prompt_len"]
+    rows_sharding = parallel.host.row_sharding(mesh, (rows, p))
+    prompt = (jax.ShapeDtypeStruct((rows, p), np.int32, sharding=rows_sharding),
+              jax.ShapeDtypeStruct((rows, p), np.bool_, sharding=rows_sharding))
+    # Qwen2.5's <|im_end|> / <|endoftext|> (stop ids and padding change no buffer size)
+    scfg = SamplingConfig(max_new_tokens=settings["max_new_tokens"], eos_ids=(151645, 151643),
+                          pad_id=151643, temperature=config.cooper.rewrite_temperature,
+                          valid_vocab=VALID_VOCAB, kernel_impl=kernel_impl)
+    settings = dict(settings, rows=rows)
+
+    def sample(params, tokens, mask, key):
+        unembed = models.unembed_matrix(params, acfg)
+        hidden = jnp.zeros((rows, acfg.hidden_size), acfg.jnp_dtype)
+        if kernels.partition.layout(hidden, unembed) is None:  # a TPU host would take xla then
+            raise RuntimeError("the rewrite sampler's unembedding is not on the mesh")
+        settings["kernel_impl"] = kernels.resolve_impl(kernel_impl, hidden, unembed,
+                                                       backend="tpu")
+        return generate(params, acfg, scfg, tokens, mask, key, backend="tpu")
+
+    return sample, prompt, settings
+
+
+def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl, scan=False,
+                micro_batches=1, assistant=False, rewrite_kernel_impl="auto") -> dict:
+    """One step compile. With `assistant`, the config's local rewrite assistant is resident
+    beside the train state: the step is compiled with the assistant's sharded parameters as a
+    kept (unused, not donated) argument, and one rewrite call (the sampler, its kernels
+    `rewrite_kernel_impl`) with the train state as one, each program seeing everything the
+    devices hold while it runs (fields `rewrite_*`)."""
+    mesh = parallel.make_mesh(mesh_shape, devices)
+    cfg, tx, rm_tx = step_setup(config, layers, remat, kernel_impl, scan=scan,
+                                micro_batches=micro_batches)
+    state, batch = abstract_state(cfg, tx, rm_tx, mesh), abstract_batch(config, mesh)
+    shardings = lambda tree: jax.tree_util.tree_map(lambda x: x.sharding, tree)
+    rep = parallel.replicated(mesh)
+    step = jit_step(cfg, tx, rm_tx, state_shardings=shardings(state),
+                    batch_sharding={k: v.sharding for k, v in batch.items()}, replicated=rep)
+    out = dict(state_bytes=per_device_bytes(state), batch_bytes=per_device_bytes(batch))
+    if not assistant:
+        return dict(out, **_compile(step, state, batch))
+    name, acfg = assistant_model(config, scan)
+    resident = abstract_params(acfg, mesh)
+    out.update(assistant_arch=name, assistant_dtype=acfg.param_dtype,
+               assistant_bytes=per_device_bytes(resident))
+    processes = len({d.process_index for d in devices})
+    sample, prompt, settings = rewrite_program(config, acfg, mesh, rewrite_kernel_impl,
+                                               processes)
+    key = jax.ShapeDtypeStruct((), jax.eval_shape(lambda: jax.random.key(0)).dtype,
+                               sharding=rep)
+    rewrite = jax.jit(lambda params, state, tokens, mask, key: sample(params, tokens, mask, key),
+                      in_shardings=(shardings(resident), shardings(state), prompt[0].sharding,
+                                    prompt[1].sharding, rep), keep_unused=True)
+    measured = _compile(rewrite, resident, state, *prompt, key)
+    out.update({f"rewrite_{k}": v for k, v in measured.items()},
+               rewrite_rows=settings["rows"], rewrite_prompt_len=settings["max_prompt_len"],
+               rewrite_new_tokens=settings["max_new_tokens"],
+               rewrite_kernel_impl=f"{rewrite_kernel_impl} -> {settings['kernel_impl']}")
+    with_assistant = jax.jit(lambda state, batch, _assistant: step(state, batch),
+                             in_shardings=(shardings(state), shardings(batch),
+                                           shardings(resident)),
+                             out_shardings=(shardings(state), rep), donate_argnums=(0,),
+                             keep_unused=True)
+    return dict(out, **_compile(with_assistant, state, batch, resident))
 
 
 def full_state_bytes(config, mesh_shape, devices) -> tuple[int, int]:
@@ -242,9 +346,11 @@ def code_version() -> str:
 
 
 def _key(r: dict) -> tuple:
-    """What identifies a compile (rows written before configs/scan/micro-batches had defaults)."""
+    """What identifies a compile (rows written before configs/scan/micro-batches/the assistant
+    had defaults)."""
     return (r.get("config", DEFAULT_CONFIG.stem), r["slice"], tuple(r["mesh"]), r["layers"],
-            r["remat"], r["kernel_impl"], r.get("scan", False), r.get("micro_batches", 1))
+            r["remat"], r["kernel_impl"], r.get("scan", False), r.get("micro_batches", 1),
+            r.get("assistant", False))
 
 
 def sweep(a) -> None:
@@ -269,12 +375,16 @@ def sweep(a) -> None:
                            rm_layers=config.reward_model.num_layers if layers == full else layers,
                            kernel_impl=a.kernel_impl, scan=scan, micro_batches=micro,
                            commit=version)
+                if a.assistant:
+                    row["assistant"] = True
                 if _key(row) in done:
                     continue
                 try:  # the full depth compiles each model at its own (the RM's keep_layers)
                     row.update(compile_one(config, devices, mesh_shape,
                                            None if layers == full else layers, remat,
-                                           a.kernel_impl, scan, micro))
+                                           a.kernel_impl, scan, micro,
+                                           **(dict(assistant=True, rewrite_kernel_impl=(
+                                               a.rewrite_kernel_impl)) if a.assistant else {})))
                     row["full_state_bytes"], row["full_batch_bytes"] = full_state_bytes(
                         config, mesh_shape, devices)
                 except Exception as e:  # recorded, the sweep goes on
@@ -305,7 +415,7 @@ def plan_rows(rows: list[dict]) -> list[dict]:
         if "error" not in r:
             groups.setdefault(_key(r)[:3] + _key(r)[4:], []).append(r)
     out = []
-    for (config, name, mesh, remat, impl, scan, micro), rs in sorted(groups.items()):
+    for (config, name, mesh, remat, impl, scan, micro, assistant), rs in sorted(groups.items()):
         rs = sorted(rs, key=lambda r: r["layers"])
         full = rs[0].get("full_layers", 28)
         depths = [r["layers"] for r in rs]
@@ -313,14 +423,27 @@ def plan_rows(rows: list[dict]) -> list[dict]:
         # the newest compile of a depth (rows stay in file order within one depth)
         pick = lambda k: ([r[k] for r in rs if r["layers"] == full][-1] if measured
                           else _fit(depths, [r[k] for r in rs], full))
-        state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"]
-        temp = pick("temp_bytes")
+        # with the rewrite assistant resident: its parameters stay on the devices, and the
+        # temporaries are those of the larger program (the step or a rewrite call)
+        assistant_bytes = rs[0].get("assistant_bytes", 0)
+        state = rs[0]["full_state_bytes"] + rs[0]["full_batch_bytes"] + assistant_bytes
+        step_temp = pick("temp_bytes")
+        rewrite_temp = pick("rewrite_temp_bytes") if assistant else 0
+        temp = max(step_temp, rewrite_temp)
         cpu = [r.get("compile_cpu_s") for r in rs]
         basis = (f"compiled at {full} layers" if measured else
                  f"LOWER BOUND: only {depths[0]} layer(s) compiled" if len(set(depths)) == 1
                  else f"linear extrapolation from {depths} layers")
         out.append(dict(config=config, slice=name, mesh=mesh, remat=remat, kernel_impl=impl,
-                        scan=scan, micro_batches=micro, state=state, temp=temp,
+                        scan=scan, micro_batches=micro, assistant=assistant,
+                        assistant_arch=rs[0].get("assistant_arch"),
+                        assistant_dtype=rs[0].get("assistant_dtype"),
+                        assistant_bytes=assistant_bytes, step_temp=step_temp,
+                        rewrite_temp=rewrite_temp, rewrite_shape=(
+                            rs[0].get("rewrite_rows"), rs[0].get("rewrite_prompt_len"),
+                            rs[0].get("rewrite_new_tokens")),
+                        rewrite_compile_cpu_s=pick("rewrite_compile_cpu_s") if assistant
+                        else None, state=state, temp=temp,
                         total=state + temp, hbm_gib=rs[0]["hbm_gib"], basis=basis,
                         lower_bound=basis.startswith("LOWER"), devices=rs[0]["devices"],
                         compile_s=pick("compile_s"),
@@ -345,19 +468,23 @@ def report(path: str) -> str:
                 else "yes")
         ge = ">= " if p["lower_bound"] else ""
         cpu = f" ({p['compile_cpu_s']:.0f})" if p["compile_cpu_s"] is not None else ""
-        lines.append(f"| {p['config']} | {p['slice']} | {p['mesh']} | "
+        label = p["config"] + (f" + {p['assistant_arch']} assistant ({p['assistant_dtype']})"
+                               if p["assistant"] else "")
+        lines.append(f"| {label} | {p['slice']} | {p['mesh']} | "
                      f"{'on' if p['remat'] else 'off'} | {'on' if p['scan'] else 'off'} | "
                      f"{p['micro_batches']} | {p['kernel_impl']} | {p['state'] / GIB:.2f} | "
                      f"{ge}{p['temp'] / GIB:.2f} | {ge}{p['total'] / GIB:.2f} | {p['hbm_gib']} | "
                      f"{fits} | {ge}{p['compile_s']:.0f}{cpu} | {p['basis']} | "
                      f"{p['commit'] or '-'} |")
+    lines += assistant_rows(plans)
     lines += ["", "Measured compiles (per device; with scan, XLA's cost analysis counts the "
               "layer loop's body once, so TFLOP/step is not the step's total):",
               "| config | slice | mesh | remat | scan | micro | layers | args GiB | temps GiB | "
               "TFLOP/step | compile s | compile CPU s | commit |", "|" + "---|" * 13]
     for r in sorted(ok, key=_key):
         k = _key(r)
-        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {'on' if k[4] else 'off'} | "
+        lines.append(f"| {k[0]}{' + assistant' if k[8] else ''} | {k[1]} | {k[2]} | "
+                     f"{'on' if k[4] else 'off'} | "
                      f"{'on' if k[6] else 'off'} | {k[7]} | {k[3]} | "
                      f"{r['argument_bytes'] / GIB:.2f} | {r['temp_bytes'] / GIB:.2f} | "
                      f"{r['flops'] / 1e12:.1f} | {r['compile_s']} | {r.get('compile_cpu_s', '')} | "
@@ -370,6 +497,32 @@ def report(path: str) -> str:
     return "\n".join(lines)
 
 
+def assistant_rows(plans: list[dict]) -> list[str]:
+    """The plans with the local rewrite assistant resident: what each program adds."""
+    plans = [p for p in plans if p["assistant"]]
+    if not plans:
+        return []
+    lines = ["", "With the local rewrite assistant (`cooper.assistant_hf_path`, random weights of "
+             "its architecture) resident beside the train state, per device, GiB: the step runs "
+             "with the assistant's parameters kept, a rewrite call (one sampler program, rows x "
+             "(prompt + new) tokens) with the train state kept; the peak is the larger.",
+             "| config | slice | mesh | assistant | train state+batch | assistant params | step "
+             "temporaries | rewrite call | rewrite temporaries | peak | HBM | fits | rewrite "
+             "compile CPU s |", "|" + "---|" * 13]
+    for p in plans:
+        train = p["state"] - p["assistant_bytes"]
+        rows, prompt, new = p["rewrite_shape"]
+        fits = "NO" if p["total"] >= 0.9 * p["hbm_gib"] * GIB else "yes"
+        cpu = p["rewrite_compile_cpu_s"]
+        lines.append(f"| {p['config']} | {p['slice']} | {p['mesh']} | {p['assistant_arch']} "
+                     f"({p['assistant_dtype']}) | {train / GIB:.2f} | "
+                     f"{p['assistant_bytes'] / GIB:.2f} | {p['step_temp'] / GIB:.2f} | "
+                     f"{rows} x ({prompt} + {new}) | {p['rewrite_temp'] / GIB:.2f} | "
+                     f"{p['total'] / GIB:.2f} | {p['hbm_gib']} | {fits} | "
+                     f"{'-' if cpu is None else f'{cpu:.0f}'} |")
+    return lines
+
+
 def gpu_rows(config_name: str, plans: list[dict]) -> str:
     """H100 / H200 ESTIMATES: exact state bytes on 1 or 8 GPUs (pure FSDP) + temporaries scaled
     by rows per device from this config's smallest pure-FSDP TPU plan at full depth."""
@@ -380,7 +533,7 @@ def gpu_rows(config_name: str, plans: list[dict]) -> str:
            "| GPU x n | state+batch GiB/dev | est. temporaries GiB/dev | total | HBM | fits |",
            "|---|---|---|---|---|---|"]
     ref = [p for p in plans if p["config"] == config_name and p["mesh"][0] == 1
-           and not p["lower_bound"]]
+           and not p["lower_bound"] and not p["assistant"]]
     if not ref:
         return "\n".join(out + ["(no full-depth or extrapolated TPU plan to scale from)"])
     ref = min(ref, key=lambda p: p["temp"])
@@ -421,6 +574,12 @@ def main(argv=None) -> None:
                    help="rl.micro_batches (gradient accumulation in each PPO mini-batch)")
     p.add_argument("--meshes", type=int, default=1, help="1: pure FSDP; 2: also data=2 x FSDP")
     p.add_argument("--kernel-impl", default="xla", choices=["pallas_tpu", "xla"])
+    p.add_argument("--assistant", type=on_off, default=False,
+                   help="on: the config's local rewrite assistant (cooper.assistant_hf_path) "
+                        "resident beside the train state; also compiles one rewrite call")
+    p.add_argument("--rewrite-kernel-impl", default="auto", choices=["auto", "pallas_tpu", "xla"],
+                   help="the rewrite sampler's kernels (auto: as the rewriter runs, resolved "
+                        "for TPU on the mesh)")
     p.add_argument("--report", default=None, help="print the table of a runs.jsonl and exit")
     a = p.parse_args(argv)
     if a.report:

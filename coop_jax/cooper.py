@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from coop_jax.data.synthetic import consistent_wrong_solution
+from coop_jax.parallel import host
 from coop_jax.rl._registry import lookup
 from coop_jax.rm_input import RMInputFormat
 from coop_jax.sampling.chat import http_chat, local_chat
@@ -71,6 +72,7 @@ class PairRequest:
     answer: str | None           # the positive's extracted final answer
     group: Sequence[str]         # every rollout of the prompt, in order
     labels: Sequence[float]      # their rule labels
+    rng: np.random.Generator | None = None  # the prompt's draws (see build_pairs' `seed`)
 
 
 # candidates(requests, rng=..., rewriter=...) -> one negative text (or None) per request
@@ -130,7 +132,7 @@ def _perturb_candidates(requests, *, rng, rewriter):
     """The positive with its final answer replaced by a different value (an ablation: an RM can
     learn "final answer != last computed value" without reading the reference)."""
     del rewriter
-    return [perturb_text(r.positive, r.answer, rng) for r in requests]
+    return [perturb_text(r.positive, r.answer, r.rng or rng) for r in requests]
 
 
 @register_negative("consistent_wrong")
@@ -139,7 +141,7 @@ def _consistent_wrong_candidates(requests, *, rng, rewriter):
     or an arithmetic slip) carried consistently through every later step to a wrong final
     answer, so only the question or the reference exposes it (coop_jax.data.synthetic)."""
     del rewriter
-    return [consistent_wrong_solution(r.question, r.positive, rng) for r in requests]
+    return [consistent_wrong_solution(r.question, r.positive, r.rng or rng) for r in requests]
 
 
 def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
@@ -161,11 +163,16 @@ def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str
 def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], labels: np.ndarray,
                 extracted: Sequence[str | None], group_size: int, *, verifier,
                 rewriter: Callable | None = None, rng: np.random.Generator | None = None,
-                tries: int = 3) -> tuple[list[tuple[str, str] | None], dict]:
+                tries: int = 3, seed: Sequence[int] | None = None, first_prompt: int = 0
+                ) -> tuple[list[tuple[str, str] | None], dict]:
     """At most one (positive text, negative text) per prompt; None where the pair is masked.
 
     Positive = the first rule-correct rollout of the group; the negative comes from the
     strategy's candidate function, then (for verified strategies) the keep-if-wrong loop.
+    Random strategies draw from `rng`, shared by the prompts in order; with `seed`, prompt p
+    draws from its own `default_rng([*seed, first_prompt + p])` instead, so a prompt's negative
+    does not depend on which other prompts this process holds (`first_prompt`: the global index
+    of `records[0]` in a multi-host batch).
     """
     spec = negative_strategy(strategy)
     rng = rng or np.random.default_rng(0)
@@ -187,10 +194,15 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
             stats["pairs/no_negative"] += 1
             continue
         rows = slice(p * group_size, (p + 1) * group_size)
+        own = None if seed is None else np.random.default_rng([*seed, first_prompt + p])
         requests[p] = PairRequest(records[p]["question"], records[p]["reference"],
-                                  texts[pos_idx[p]], answer, texts[rows], labels[rows])
+                                  texts[pos_idx[p]], answer, texts[rows], labels[rows], own)
+    # a collective rewriter (a mesh-sharded assistant on several processes) must be called the
+    # same number of times on every process: a process whose requests are all done keeps asking
+    # with none until no process has any left
+    collective = bool(getattr(rewriter, "collective", False))
     for _ in range(tries if spec.retries else 1):
-        if not requests:
+        if not (host.any_process(bool(requests)) if collective else requests):
             break
         order = list(requests)
         cands = spec.candidates([requests[p] for p in order], rng=rng, rewriter=rewriter)
@@ -234,24 +246,52 @@ def http_rewriter(url: str, model: str, temperature: float = 0.7, timeout_s: flo
 
 
 def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
-                   temperature: float = 0.7, seed: int = 0):
-    """The "rewrite" assistant as a local HF causal LM sampled with coop_jax's sampler."""
-    chat = local_chat(hf_path, max_prompt_len, max_new_tokens, temperature, seed)
-    return lambda items: chat([rewrite_messages(q, p) for q, p in items])
+                   temperature: float = 0.7, seed: int = 0, *, mesh=None,
+                   dtype: str = "float32", compute_dtype: str | None = None,
+                   scan_layers: bool = False, batch_size: int = 0):
+    """The "rewrite" assistant as a local HF causal LM sampled with coop_jax's sampler; with a
+    `mesh`, sharded over it (`sampling.chat.local_chat`: on several processes every call is a
+    collective, `rewriter.collective`, and `build_pairs` calls it as many times on every
+    process)."""
+    chat = local_chat(hf_path, max_prompt_len, max_new_tokens, temperature, seed, mesh=mesh,
+                      dtype=dtype, compute_dtype=compute_dtype, scan_layers=scan_layers,
+                      batch_size=batch_size)
+
+    def rewrite(items):
+        return chat([rewrite_messages(q, p) for q, p in items])
+
+    rewrite.collective = chat.collective
+    return rewrite
+
+
+def local_assistant_settings(config) -> dict:
+    """How `make_rewriter` loads and samples the local assistant (`cooper.assistant_hf_path`):
+    `local_rewriter`'s keyword arguments (also what benchmarks/memory_plan.py compiles).
+
+    Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound, the
+    prompt holds the question, the positive and the instructions (chat-formatted), and a call
+    holds up to `rollout.prompts_per_step` rewrites (the step's prompts, over all processes).
+    The parameters (and activations) are in the policy's compute dtype, `model.dtype`: the
+    assistant only samples, so it needs no fp32 master weights (a 7B one is 15 GB in bfloat16);
+    its layers are scanned like the policy's (`model.scan_layers`)."""
+    return dict(max_prompt_len=(config.data.max_prompt_len + config.rollout.max_new_tokens
+                                + REWRITE_PROMPT_OVERHEAD_TOKENS),
+                max_new_tokens=config.rollout.max_new_tokens + 500,
+                dtype=config.model.dtype,
+                scan_layers=bool(config.model.get("scan_layers", False)),
+                batch_size=config.rollout.prompts_per_step)
 
 
 def make_rewriter(config, mesh=None):
+    """The "rewrite" assistant of `config.cooper`: an endpoint (`assistant_url`) or a local HF
+    model (`assistant_hf_path`, `local_assistant_settings`), sharded over the run's `mesh`
+    beside the policy when one is given."""
     c = config.cooper
     if c.assistant_url:
         return http_rewriter(c.assistant_url, c.assistant_model or "default",
                              c.rewrite_temperature)
     if c.assistant_hf_path:
-        # Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound,
-        # and the prompt holds the question, the positive and the instructions (chat-formatted).
-        prompt_len = (config.data.max_prompt_len + config.rollout.max_new_tokens
-                      + REWRITE_PROMPT_OVERHEAD_TOKENS)
-        return local_rewriter(c.assistant_hf_path, prompt_len,
-                              config.rollout.max_new_tokens + 500, c.rewrite_temperature,
-                              config.seed)
+        return local_rewriter(c.assistant_hf_path, temperature=c.rewrite_temperature,
+                              seed=config.seed, mesh=mesh, **local_assistant_settings(config))
     raise ValueError("cooper.negative='rewrite' needs cooper.assistant_url or "
                      "cooper.assistant_hf_path")

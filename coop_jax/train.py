@@ -374,8 +374,8 @@ def rm_pairs(run: Trainer, step: int, records, texts, labels, extracted, tools: 
     c = run.config
     pairs, stats = cooper.build_pairs(
         c.cooper.negative, records, texts, labels, extracted, run.G, verifier=tools.verifier,
-        rewriter=tools.rewriter, rng=np.random.default_rng([c.seed, step]),
-        tries=c.cooper.rewrite_tries)
+        rewriter=tools.rewriter, seed=(c.seed, step),
+        first_prompt=jax.process_index() * len(records), tries=c.cooper.rewrite_tries)
     return cooper.tokenize_pairs(run.rm_tokenizer, records, pairs, rm_input_format(c)), stats
 
 

@@ -7,6 +7,7 @@ trainer's assistant endpoint.
 from __future__ import annotations
 
 import json
+import math
 import urllib.request
 from typing import Callable, Sequence
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from coop_jax import hf
 from coop_jax.models.tokenizer import stop_token_ids
+from coop_jax.parallel import host
 from coop_jax.sampling.batching import tokenize_prompts
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
 
@@ -65,13 +67,38 @@ def chat_prompt(tokenizer, messages: list[dict]) -> str:
     return "\n\n".join(m["content"] for m in messages) + "\n"
 
 
+def rows_per_process(mesh, num_processes: int, batch_size: int) -> int:
+    """Rows each process supplies to one sampler call of a mesh-sharded `local_chat` asked for
+    `batch_size` rows in all: its share, rounded up so that the global batch (num_processes x
+    these rows) divides over the mesh's batch axes (`host.row_sharding` shards it then)."""
+    shards = int(np.prod([mesh.shape[a] for a in ("data", "fsdp") if a in mesh.shape]))
+    unit = shards // math.gcd(shards, num_processes)
+    share = -(-batch_size // num_processes)
+    return -(-share // unit) * unit
+
+
 def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                temperature: float = 0.7, seed: int = 0, top_p: float = 1.0,
-               drop_truncated: bool = False
-               ) -> Callable[[Sequence[list[dict]]], list[str | None]]:
+               drop_truncated: bool = False, *, mesh=None, dtype: str = "float32",
+               compute_dtype: str | None = None, scan_layers: bool = False,
+               batch_size: int = 0) -> Callable[[Sequence[list[dict]]], list[str | None]]:
     """Any local HF causal LM, sampled with coop_jax's sampler: `chat([messages, ...])` gives one
-    reply per conversation (None where `drop_truncated` and no stop token came)."""
-    lm = hf.load(hf_path)
+    reply per conversation (None where `drop_truncated` and no stop token came).
+
+    The parameters are loaded in `dtype` (activations in `compute_dtype`, default `dtype`).
+    Without a `mesh` they live on the default device and each call samples its conversations as
+    one batch. With a `mesh` they are placed with their named shardings
+    (`parallel.param_shardings`) and every call is one program over the whole mesh, so on
+    several processes it is a collective: every process must call `chat` the same number of
+    times (`chat.collective` is True then; a process with nothing to ask passes []). Each call
+    gathers every process's conversations (`host.gather_json`); process i's rows are block i of
+    a fixed-shape global batch (`batch_size` rows over all processes, rounded up to divide over
+    the processes and the mesh's batch axes; 0: the largest process's count), each block padded
+    with copies of a real conversation, so every process runs the same batches and gets its own
+    replies back from its block.
+    """
+    lm = hf.load(hf_path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh,
+                 scan_layers=scan_layers)
     tokenizer = lm.tokenizer()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scfg = SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
@@ -79,17 +106,45 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                           valid_vocab=min(len(tokenizer), lm.config.vocab_size))
     sample = make(lm.config, scfg)
     calls = {"n": 0}
+    hosts = jax.process_count()
 
-    def chat(conversations: Sequence[list[dict]]) -> list[str | None]:
-        if not conversations:
-            return []
-        ids, mask = tokenize_prompts(tokenizer, [chat_prompt(tokenizer, m)
-                                                 for m in conversations], max_prompt_len)
+    def generate(ids, mask) -> list[str | None]:
+        """One sampler call (a fresh key each): this process's rows' replies."""
         calls["n"] += 1
-        out = sample(lm.params, ids, mask, jax.random.key(seed * 100003 + calls["n"]))
-        texts = decode_texts(tokenizer, out)
+        key = jax.random.key(seed * 100003 + calls["n"])
+        if mesh is None:
+            out = sample(lm.params, ids, mask, key)
+            tokens, done, truncated = out.tokens, out.mask, out.truncated
+        else:
+            batch = host.global_batch({"ids": ids, "mask": mask}, mesh)
+            out = sample(lm.params, batch["ids"], batch["mask"], key)
+            tokens, done, truncated = (host.local_rows(host.host_aligned(x))
+                                       for x in (out.tokens, out.mask, out.truncated))
+        texts = decode_texts(tokenizer, out._replace(tokens=tokens, mask=done))
         if drop_truncated:
-            texts = [None if t else x for x, t in zip(texts, np.asarray(out.truncated))]
+            texts = [None if t else x for x, t in zip(texts, np.asarray(truncated))]
         return texts
 
+    def tokenize(conversations):
+        return tokenize_prompts(tokenizer, [chat_prompt(tokenizer, m) for m in conversations],
+                                max_prompt_len)
+
+    def chat(conversations: Sequence[list[dict]]) -> list[str | None]:
+        conversations = list(conversations)
+        if mesh is None:
+            return generate(*tokenize(conversations)) if conversations else []
+        everyone = host.gather_json(conversations) if hosts > 1 else [conversations]
+        most = max(len(c) for c in everyone)
+        if not most:
+            return []
+        block = rows_per_process(mesh, hosts, batch_size or most * hosts)
+        filler = conversations[0] if conversations else next(c[0] for c in everyone if c)
+        replies: list[str | None] = []
+        for start in range(0, most, block):
+            rows = conversations[start:start + block]
+            ids, mask = tokenize(rows + [filler] * (block - len(rows)))
+            replies += generate(ids, mask)[:len(rows)]
+        return replies
+
+    chat.collective = mesh is not None and hosts > 1
     return chat
