@@ -187,6 +187,16 @@ def test_coop_train_rm_on_two_processes_matches_one(tmp_path, capfd):
     assert two["steps"] == one["steps"] == 6
     assert two["heldout_accuracy"] == pytest.approx(one["heldout_accuracy"])
     assert (tmp_path / "two" / "hf" / "config.json").exists()
+    # coop-eval of the RM checkpoint on the held-out triples: each host scores its block
+    evaluate = lambda out: [
+        sys.executable, "-m", "coop_jax.eval.cli", f"--config={TINY}",
+        f"--checkpoint={tmp_path / 'two'}", f"--rm_triples={tmp_path / 'held.jsonl'}",
+        "--max_len=64", "--batch_size=4", f"--out={tmp_path / out}"]
+    _one_process(evaluate("eval_one"), env)
+    _two_processes(evaluate("eval_two"), env, capfd)
+    scores = lambda out: [r["score"] for r in read_jsonl(tmp_path / out / "samples.jsonl")]
+    assert scores("eval_two") == pytest.approx(scores("eval_one"), rel=1e-5, abs=1e-6)
+    assert len(scores("eval_two")) == 8
 
 
 HOST_SCRIPT = '''
