@@ -73,6 +73,7 @@ class PairRequest:
     group: Sequence[str]         # every rollout of the prompt, in order
     labels: Sequence[float]      # their rule labels
     rng: np.random.Generator | None = None  # the prompt's draws (see build_pairs' `seed`)
+    slot: int = 0                # the prompt's index in this process's records
 
 
 # candidates(requests, rng=..., rewriter=...) -> one negative text (or None) per request
@@ -117,7 +118,10 @@ def negative_strategy(name: str) -> NegativeStrategy:
 def _rewrite_candidates(requests, *, rng, rewriter):
     """An assistant model rewrites the positive into a plausible wrong solution."""
     del rng
-    return rewriter([(r.question, r.positive) for r in requests])
+    items = [(r.question, r.positive) for r in requests]
+    if getattr(rewriter, "slotted", False):  # each prompt's rewrite sampled at its own row
+        return rewriter(items, slots=[r.slot for r in requests])
+    return rewriter(items)
 
 
 @register_negative("rollout", verified=False)
@@ -196,7 +200,7 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
         rows = slice(p * group_size, (p + 1) * group_size)
         own = None if seed is None else np.random.default_rng([*seed, first_prompt + p])
         requests[p] = PairRequest(records[p]["question"], records[p]["reference"],
-                                  texts[pos_idx[p]], answer, texts[rows], labels[rows], own)
+                                  texts[pos_idx[p]], answer, texts[rows], labels[rows], own, p)
     # a collective rewriter (a mesh-sharded assistant on several processes) must be called the
     # same number of times on every process: a process whose requests are all done keeps asking
     # with none until no process has any left
@@ -257,10 +261,11 @@ def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                       dtype=dtype, compute_dtype=compute_dtype, scan_layers=scan_layers,
                       batch_size=batch_size)
 
-    def rewrite(items):
-        return chat([rewrite_messages(q, p) for q, p in items])
+    def rewrite(items, slots=None):
+        return chat([rewrite_messages(q, p) for q, p in items], slots=slots)
 
     rewrite.collective = chat.collective
+    rewrite.slotted = mesh is not None and batch_size > 0  # rows by prompt index
     return rewrite
 
 

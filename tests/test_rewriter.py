@@ -78,6 +78,20 @@ def test_sharded_rewriter_gives_the_unsharded_replies(tiny_lm):
     assert len(chunked(ITEMS)) == len(ITEMS)
 
 
+def test_slotted_rewrites_keep_their_rows(tiny_lm):
+    """With slots, a request's rewrite is sampled at its own row (its prompt's index): it does
+    not depend on which other prompts asked in the same call, as it must not depend on how the
+    step's prompts are split over processes."""
+    fresh = lambda: cooper.local_rewriter(tiny_lm, 48, 12, mesh=_mesh((2, 2, 1)), batch_size=4)
+    rewrite = fresh()  # the n-th call of a rewriter samples with its n-th key
+    assert rewrite.slotted
+    every = rewrite(ITEMS[:4], slots=[0, 1, 2, 3])
+    assert fresh()([ITEMS[2]], slots=[2]) == [every[2]]
+    assert fresh()([ITEMS[3], ITEMS[0]], slots=[3, 0]) == [every[3], every[0]]
+    with pytest.raises(ValueError, match=r"slots must give each conversation a row in \[0, 4\)"):
+        rewrite([ITEMS[0]], slots=[4])
+
+
 def test_make_rewriter_loads_the_assistant_in_the_model_sections_dtype(tiny_lm, loaded,
                                                                        monkeypatch):
     c = config_lib.base_config()

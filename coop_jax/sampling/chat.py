@@ -95,7 +95,10 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     a fixed-shape global batch (`batch_size` rows over all processes, rounded up to divide over
     the processes and the mesh's batch axes; 0: the largest process's count), each block padded
     with copies of a real conversation, so every process runs the same batches and gets its own
-    replies back from its block.
+    replies back from its block. `chat(conversations, slots)` puts conversation j at row
+    `slots[j]` of the block instead, in one call: a conversation that keeps its row (e.g. its
+    prompt's index in the step's batch) gets the same sample whatever the other rows hold, and
+    so whatever the number of processes.
     """
     lm = hf.load(hf_path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh,
                  scan_layers=scan_layers)
@@ -129,7 +132,8 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
         return tokenize_prompts(tokenizer, [chat_prompt(tokenizer, m) for m in conversations],
                                 max_prompt_len)
 
-    def chat(conversations: Sequence[list[dict]]) -> list[str | None]:
+    def chat(conversations: Sequence[list[dict]], slots: Sequence[int] | None = None
+             ) -> list[str | None]:
         conversations = list(conversations)
         if mesh is None:
             return generate(*tokenize(conversations)) if conversations else []
@@ -139,6 +143,15 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
             return []
         block = rows_per_process(mesh, hosts, batch_size or most * hosts)
         filler = conversations[0] if conversations else next(c[0] for c in everyone if c)
+        if slots is not None:  # each conversation at its own row of this host's block
+            slots = list(slots)
+            if len(slots) != len(conversations) or any(not 0 <= i < block for i in slots):
+                raise ValueError(f"slots must give each conversation a row in [0, {block})")
+            rows = [filler] * block
+            for conversation, i in zip(conversations, slots):
+                rows[i] = conversation
+            replies = generate(*tokenize(rows))
+            return [replies[i] for i in slots]
         replies: list[str | None] = []
         for start in range(0, most, block):
             rows = conversations[start:start + block]
