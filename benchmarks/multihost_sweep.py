@@ -114,7 +114,9 @@ def main() -> None:
                        f"--config.train.steps={args.steps}", *overrides]
             t0 = time.time()
             if (workdir / "summary.json").exists():
-                runs[layout] = (0, math.nan, workdir)
+                seconds = workdir / "wall_seconds.txt"
+                runs[layout] = (0, float(seconds.read_text()) if seconds.exists() else math.nan,
+                                workdir)
                 continue
             if layout == "1x8":
                 rc = subprocess.run(command, env=one_env, capture_output=True).returncode
@@ -122,6 +124,8 @@ def main() -> None:
                 rc = launch(command, num_processes=2, devices_per_process=4, env=env,
                             timeout_s=900)
             runs[layout] = (rc, time.time() - t0, workdir)
+            if rc == 0:
+                (workdir / "wall_seconds.txt").write_text(f"{runs[layout][1]:.1f}")
         ok = all(rc == 0 for rc, _, _ in runs.values())
         result = (compare(read_jsonl(runs["1x8"][2] / "metrics.jsonl"),
                           read_jsonl(runs["2x4"][2] / "metrics.jsonl"))
