@@ -60,22 +60,17 @@ def _assert_same_metrics(a: list[dict], b: list[dict], rel: float = 1e-3) -> Non
             assert ka[k] == pytest.approx(kb[k], rel=rel, abs=1e-6), (ra["step"], k)
 
 
-@pytest.mark.parametrize("reward", ["rule", "cooper"])
-def test_two_processes_log_the_metrics_of_one(tmp_path, capfd, reward):
+def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):
     env = _env(tmp_path)
     one, two = tmp_path / "one", tmp_path / "two"
     # an entropy bonus gives the untrained policy (never right: rule rewards all 0) a gradient;
-    # the rule run starts with an SFT warm start, each host tokenising its block of its batches
-    overrides = (f"--config.reward.type={reward}", "--config.rl.entropy_coef=0.05")
-    if reward == "rule":
-        overrides += ("--config.sft.steps=4", "--config.sft.batch_size=4",
-                      "--config.sft.max_len=24")
+    # the run starts with an SFT warm start, each host tokenising its block of its batches
+    overrides = ("--config.reward.type=rule", "--config.rl.entropy_coef=0.05",
+                 "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24")
     _one_process(_train_command(one, 3, *overrides), env)
     _two_processes(_train_command(two, 3, *overrides), env, capfd)
     rows = _rows(two)
     assert len(rows) == 4 and rows[-1]["loss"] is not None
-    if reward == "cooper":
-        assert "pairs/valid" in rows[-1] and "rm_loss" in rows[-1]
     _assert_same_metrics(_rows(one), rows)
     # one process writes the run's files; both took part in the checkpoints
     assert json.loads((two / "summary.json").read_text())["steps"] == 3
@@ -99,14 +94,19 @@ def _children_of(workdir) -> list[int]:
     return pids
 
 
-def test_kill9_of_every_process_resumes_as_the_uninterrupted_run(tmp_path, capfd):
-    """rollout.overlap with Cooper: the step-2 checkpoint holds the pending rollouts of step 2,
-    global arrays written by both processes; after kill -9 of both, the resumed run continues
-    as the uninterrupted one."""
+def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9(tmp_path,
+                                                                                  capfd):
+    """Cooper with rollout.overlap: 2 x 4 devices log the metrics of 1 x 8. The step-2
+    checkpoint holds the pending rollouts of step 2, global arrays written by both processes;
+    after kill -9 of both, the resumed run continues as the uninterrupted one."""
     env = _env(tmp_path)
-    overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True")
-    full, killed = tmp_path / "full", tmp_path / "killed"
+    overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True",
+                 "--config.rl.entropy_coef=0.05")
+    one, full, killed = tmp_path / "one", tmp_path / "full", tmp_path / "killed"
+    _one_process(_train_command(one, 4, *overrides), env)
     _two_processes(_train_command(full, 4, *overrides), env, capfd)
+    assert "pairs/valid" in _rows(full)[-1] and "rm_loss" in _rows(full)[-1]
+    _assert_same_metrics(_rows(one), _rows(full))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "coop_jax.launch.local", "--num_processes=2",
          "--devices_per_process=4", "--", *_train_command(killed, 4, *overrides)],
