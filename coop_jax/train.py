@@ -666,8 +666,8 @@ def run_loop(run: Trainer) -> dict:
         if final is None:  # resumed a run that had already finished its steps
             final = evaluate(run, eval_verifier) | rm_heldout(run)
         # every host's verifier pool checked its own rows
-        stats = {k: sum(host[k] for host in parallel.host.gather_json(verifier.stats.as_dict()))
-                 for k in verifier.stats.as_dict()}
+        every_host = parallel.host.gather_json(verifier.stats.as_dict())
+        stats = {k: sum(host[k] for host in every_host) for k in every_host[0]}
     signal.signal(signal.SIGTERM, previous)
     summary = {
         "method": c.reward.type, "reward_type": c.reward.type, "seed": c.seed,

@@ -30,10 +30,6 @@ SUM_PREFIXES = ("pairs/", "dynamic/groups", "verifier_timeouts", "generated_toke
 MAX_PREFIXES = ("time/",)
 
 
-def process_count() -> int:
-    return jax.process_count()
-
-
 def row_block(num_local: int) -> slice:
     """This process's rows of a global batch made of `num_local` rows per process."""
     start = jax.process_index() * num_local

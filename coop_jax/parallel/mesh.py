@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from coop_jax import models
+from coop_jax.parallel import host
 
 if TYPE_CHECKING:
     import ml_collections
@@ -75,11 +76,9 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 
 
 def batch_shardings(batch: dict, mesh: Mesh) -> dict:
-    """Per array of a batch dict: leading dim over (data, fsdp) when it divides evenly, else
-    replicated (e.g. per-prompt arrays smaller than the data-parallel size)."""
-    size = mesh.shape["data"] * mesh.shape["fsdp"]
-    return {k: batch_sharding(mesh, np.ndim(v)) if np.shape(v)[0] % size == 0 else replicated(mesh)
-            for k, v in batch.items()}
+    """Per array of a batch dict of global shapes: `host.row_sharding` (leading dim over (data,
+    fsdp) when it divides evenly, else replicated)."""
+    return {k: host.row_sharding(mesh, np.shape(v)) for k, v in batch.items()}
 
 
 def param_shardings(cfg: models.ModelConfig, mesh: Mesh):
