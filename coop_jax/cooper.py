@@ -22,7 +22,7 @@ import numpy as np
 
 from coop_jax.data.synthetic import consistent_wrong_solution
 from coop_jax.parallel import host
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry, first_doc_line
 from coop_jax.rm_input import RMInputFormat
 from coop_jax.sampling.chat import http_chat, local_chat
 
@@ -96,22 +96,21 @@ class NegativeStrategy:
     needs_assistant: bool = False
 
 
-NEGATIVE_STRATEGIES: dict[str, NegativeStrategy] = {}
+NEGATIVE_STRATEGIES: Registry[NegativeStrategy] = Registry("cooper.negative")
 
 
 def register_negative(name: str, *, verified: bool = True, retries: bool = False,
                       needs_assistant: bool = False) -> Callable[[CandidateFn], CandidateFn]:
     """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name`."""
     def register(fn: CandidateFn) -> CandidateFn:
-        if name in NEGATIVE_STRATEGIES:
-            raise ValueError(f"negative strategy {name!r} is already registered")
-        NEGATIVE_STRATEGIES[name] = NegativeStrategy(name, fn, verified, retries, needs_assistant)
+        NEGATIVE_STRATEGIES.register(name, NegativeStrategy(name, fn, verified, retries,
+                                                            needs_assistant), doc=first_doc_line(fn))
         return fn
     return register
 
 
 def negative_strategy(name: str) -> NegativeStrategy:
-    return lookup(NEGATIVE_STRATEGIES, name, "cooper.negative")
+    return NEGATIVE_STRATEGIES.lookup(name)
 
 
 @register_negative("rewrite", retries=True, needs_assistant=True)

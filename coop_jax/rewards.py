@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry, first_doc_line
 from coop_jax.verify import EXTRACTION_MODES, answers_equivalent
 
 # `verifier.extraction` = AUTO: the reward source's own default for the dataset (below).
@@ -74,21 +74,19 @@ class RewardSource:
         return self.device != "batch" or self.trains_rm
 
 
-REWARD_SOURCES: dict[str, RewardSource] = {}
+REWARD_SOURCES: Registry[RewardSource] = Registry("reward.type")
 
 
 def register_reward(name: str, **spec) -> Callable[[HostFn], HostFn]:
     """Decorator: register `host(inputs) -> (rewards per view, metrics)` as reward.type `name`."""
     def register(fn: HostFn) -> HostFn:
-        if name in REWARD_SOURCES:
-            raise ValueError(f"reward type {name!r} is already registered")
-        REWARD_SOURCES[name] = RewardSource(name, fn, **spec)
+        REWARD_SOURCES.register(name, RewardSource(name, fn, **spec), doc=first_doc_line(fn))
         return fn
     return register
 
 
 def reward_source(name: str) -> RewardSource:
-    return lookup(REWARD_SOURCES, name, "reward.type")
+    return REWARD_SOURCES.lookup(name)
 
 
 def extraction_mode(config) -> str:

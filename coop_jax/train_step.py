@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import optax
 
 from coop_jax import models, rl
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry
 from coop_jax.models.logprobs import response_logprobs
 
 Array = jax.Array
@@ -94,8 +94,8 @@ def _linear_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
 
 
 # learning-rate schedules after a linear warm-up: (peak, warmup_steps, total_steps) -> schedule
-SCHEDULES = {"constant": _constant_schedule, "cosine": _cosine_schedule,
-             "linear": _linear_schedule}
+SCHEDULES = Registry("optim.schedule", {"constant": _constant_schedule,
+                                        "cosine": _cosine_schedule, "linear": _linear_schedule})
 
 
 def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
@@ -103,7 +103,7 @@ def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: 
                    b2: float = 0.999, eps: float = 1e-8,
                    grad_clip: float = 0.0) -> optax.GradientTransformation:
     """AdamW with linear warm-up then constant or cosine decay, after global-norm clipping."""
-    lr = lookup(SCHEDULES, schedule, "schedule")(learning_rate, warmup_steps, total_steps)
+    lr = SCHEDULES.lookup(schedule, "schedule")(learning_rate, warmup_steps, total_steps)
     parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
     return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
 

@@ -194,6 +194,6 @@ def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifi
                                           verifier=verifier, tries=1)
         assert stats["pairs/negative_not_wrong"] == 3 and stats["pairs/valid"] == 0
     finally:
-        del cooper.NEGATIVE_STRATEGIES["_test_echo"]
+        cooper.NEGATIVE_STRATEGIES.unregister("_test_echo")
     with pytest.raises(ValueError, match="cooper.negative='nope' is not one of"):
         cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)

@@ -11,7 +11,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry
 
 AdvantageFn = Callable[[jax.Array, float], jax.Array]
 
@@ -45,12 +45,13 @@ def rloo(rewards: jax.Array, eps: float) -> jax.Array:
     return _zero_constant_groups(rewards, rewards - others)
 
 
-ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo}
+ADVANTAGES: Registry[AdvantageFn] = Registry(
+    "rl.advantage", {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo})
 
 
 def compute_advantages(name: str, rewards: jax.Array, *, eps: float = 1e-6) -> jax.Array:
     """Advantages ``[num_groups, G]`` of rewards ``[num_groups, G]`` with estimator ``name``."""
-    fn = lookup(ADVANTAGES, name, "advantage")
+    fn = ADVANTAGES.lookup(name, "advantage")
     rewards = jnp.asarray(rewards)
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, G], got shape {rewards.shape}")

@@ -11,7 +11,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry
 
 KLFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -38,12 +38,13 @@ def low_var_kl(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
     return jnp.clip(jnp.exp(-log_r) - 1.0 + log_r, -10.0, 10.0)
 
 
-KL_ESTIMATORS: dict[str, KLFn] = {"k1": k1, "k2": k2, "k3": k3, "low_var_kl": low_var_kl}
+KL_ESTIMATORS: Registry[KLFn] = Registry(
+    "rl.kl_estimator", {"k1": k1, "k2": k2, "k3": k3, "low_var_kl": low_var_kl})
 
 
 def kl_penalty(name: str, logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
     """Per-token KL estimate ``name`` for same-shaped log-prob arrays."""
-    fn = lookup(KL_ESTIMATORS, name, "kl_estimator")
+    fn = KL_ESTIMATORS.lookup(name, "kl_estimator")
     if jnp.shape(logp) != jnp.shape(ref_logp):
         raise ValueError(f"logp shape {jnp.shape(logp)} != ref_logp shape {jnp.shape(ref_logp)}")
     return fn(logp, ref_logp)

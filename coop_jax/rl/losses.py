@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry
 from coop_jax.rl.kl import KL_ESTIMATORS, kl_penalty
 
 AggFn = Callable[[jax.Array, jax.Array, int], jax.Array]
@@ -52,11 +52,11 @@ def seq_mean_token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int)
     return jnp.sum(_masked(values, weights)) / (values.shape[0] * max_len)
 
 
-AGGREGATIONS: dict[str, AggFn] = {
+AGGREGATIONS: Registry[AggFn] = Registry("rl.aggregation", {
     "token_mean": token_mean,
     "seq_mean_token_mean": seq_mean_token_mean,
     "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
-}
+})
 
 # The denominator of each aggregation (it depends on the weights only). For any split of a
 # batch's rows into parts, agg(batch) = sum_k agg(part_k) * norm(part_k) / norm(batch): what
@@ -107,7 +107,7 @@ def aggregate(
 
     ``max_len`` is the constant of ``seq_mean_token_sum_norm`` (default T).
     """
-    fn = lookup(AGGREGATIONS, name, "aggregation")
+    fn = AGGREGATIONS.lookup(name, "aggregation")
     values, mask = jnp.asarray(values), jnp.asarray(mask)
     if values.ndim != 2 or mask.shape != values.shape:
         raise ValueError(
@@ -138,10 +138,8 @@ def _sequence_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array
     return log_s[:, None] + lp - jax.lax.stop_gradient(lp)
 
 
-RATIO_LEVELS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = {
-    "token": _token_log_ratio,
-    "sequence": _sequence_log_ratio,
-}
+RATIO_LEVELS: Registry[Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = Registry(
+    "rl.ratio_level", {"token": _token_log_ratio, "sequence": _sequence_log_ratio})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,9 +182,9 @@ class LossConfig:
         if number("kl_coef") < 0.0:
             raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef!r}")
         number("entropy_coef")
-        lookup(RATIO_LEVELS, self.ratio_level, "LossConfig.ratio_level")
-        lookup(AGGREGATIONS, self.aggregation, "LossConfig.aggregation")
-        lookup(KL_ESTIMATORS, self.kl_estimator, "LossConfig.kl_estimator")
+        RATIO_LEVELS.lookup(self.ratio_level, "LossConfig.ratio_level")
+        AGGREGATIONS.lookup(self.aggregation, "LossConfig.aggregation")
+        KL_ESTIMATORS.lookup(self.kl_estimator, "LossConfig.kl_estimator")
         _check_max_len(self.agg_max_len, "LossConfig.agg_max_len")
 
 

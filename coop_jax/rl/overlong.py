@@ -16,7 +16,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from coop_jax.rl._registry import lookup
+from coop_jax.registry import Registry
 
 OverlongFn = Callable[..., tuple[jax.Array, jax.Array]]
 
@@ -54,7 +54,8 @@ def _penalty(rewards, lengths, truncated, max_len, cache_len, factor):
     return rewards + penalty, jnp.ones(rewards.shape, jnp.float32)
 
 
-OVERLONG: dict[str, OverlongFn] = {"none": _none, "mask": _mask, "penalty": _penalty}
+OVERLONG: Registry[OverlongFn] = Registry(
+    "rl.overlong", {"none": _none, "mask": _mask, "penalty": _penalty})
 
 
 def apply_overlong(
@@ -68,7 +69,7 @@ def apply_overlong(
     factor: float = 1.0,
 ) -> tuple[jax.Array, jax.Array]:
     """Apply overlong mode ``name``; returns (rewards [B], loss_weight [B])."""
-    fn = lookup(OVERLONG, name, "overlong")
+    fn = OVERLONG.lookup(name, "overlong")
     rewards = jnp.asarray(rewards).astype(jnp.float32)
     if rewards.ndim != 1:
         raise ValueError(f"rewards must be [B], got shape {rewards.shape}")
