@@ -81,6 +81,8 @@ def test_pathological_inputs_finish_and_pool_stays_healthy(verifier):
         "\\boxed{" + "1" * (1 << 20) + "}", "{" * 10000 + "1" + "}" * 10000,
         "\\boxed{" * 10000, "\\boxed{" * 5000 + "1" + "}" * 5000, "\\frac{" * 3000,
         "#### " + "1," * 200000, "\\boxed{\\binom{10^{100}}{10^{50}}}", "\\boxed{\\Gamma(10^{9})}",
+        "\\boxed{\\sum_{n=1}^{10^{10}} n!}", "\\boxed{" + "\\boxed{1}\\quad" * 5000 + "}",
+        "\\boxed{" + "1:" * 5000 + "1}",
     ]
     t0 = time.monotonic()
     res = verifier.verify_batch_detailed(["1"] * len(nasty), nasty)

@@ -11,9 +11,11 @@ One policy for every dataset, precision first:
   comma: ``12,500`` is 12500), and a clock-shaped ``7:32`` is also the ratio 7/32;
 * sets and bare comma lists are order-free, tuples are ordered, and a two-element tuple
   must keep its brackets (``[2,5)`` is not ``(2,5)``); a one-element set is its element;
-* a labelled answer ``x=5`` / ``|PQ|=7`` / ``(a,b)=(4,1)`` matches its value; ``p=5, q=2``
-  is a labelled tuple; other equations match up to a non-zero factor, inequalities up to a
-  positive one, and ``x > 2`` is ``(2, \\infty)``;
+* a labelled answer ``x=5`` / ``|PQ|=7`` / ``(a,b)=(4,1)`` / ``A_1:A_2=3:5`` /
+  ``\\frac{PQ}{QR}=\\frac{2}{3}`` matches its value; ``p=5, q=2`` is a labelled tuple; other
+  equations match up to a non-zero factor, inequalities up to a positive one, and ``x > 2`` is
+  ``(2, \\infty)``; ``1:2:3`` is an ordered ratio;
+* sums and products are compared unevaluated, up to the order of terms and factors inside;
 * ``\\pm`` expands to a two-element set, so ``\\pm 2021`` does not match ``2021``;
 * matrices match elementwise, and a column/row vector also matches a tuple;
 * base-``b`` answers (``52_8``) match the same digits, multiple-choice letters match the
@@ -119,6 +121,13 @@ def _percent_eq(r: Scalar, c: Scalar) -> bool:
     return symbolic.exprs_equal(pct.value, bare.value)
 
 
+def _assigned_labels(items: tuple) -> list[str] | None:
+    """The labels when every item assigns a value to a plain label (``x=-2, x=1``), else None."""
+    if not all(_is_assignment(v) and isinstance(v.lhs, Scalar) for v in items):
+        return None
+    return [v.lhs.src.replace(" ", "") for v in items]
+
+
 def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
     if r.alt is not None and c.alt is not None and _scalar_eq(r.alt, c.alt, depth):
         return True  # "1,5" = "1,50": both are the same decimal
@@ -131,6 +140,10 @@ def _seq_eq(r: Seq, c: Seq, depth: int) -> bool:
         order = [c.labels.index(x) for x in r.labels]
         return _ordered(r.items, tuple(c.items[k] for k in order), depth)
     if (r.labels or c.labels) and kinds & {"set", "bare"}:
+        named, other = (r, c) if r.labels else (c, r)
+        got = _assigned_labels(other.items)
+        if got is not None and sorted(got) != sorted(named.labels):
+            return False  # "p=5, p=2" is not "p=5, q=2"
         return _unordered(r.items, c.items, depth)  # "a=2, b=3" against the set {2, 3}
     if kinds == {"tuple"}:
         if len(r.items) == 2 and (r.open, r.close) != (c.open, c.close):
@@ -260,20 +273,23 @@ def answers_equivalent(a: str, b: str) -> bool:
     return values_equal(_parse_normalized(na), _parse_normalized(nb))
 
 
-def _collection_size(answer: str) -> int:
-    """Number of items when ``answer`` is an unordered collection (set, bare list, union)."""
+def _collection_size(answer: str, labelled: bool = False) -> int:
+    """Number of items when ``answer`` is an unordered collection (set, bare list, union), or
+    with ``labelled`` also a labelled tuple (``x_1=2, x_2=5``)."""
     norm = normalize(answer)
     if not norm.text or len(norm.text) > MAX_ANSWER_CHARS:
         return 0
     v = _parse_normalized(norm)
-    if isinstance(v, Seq) and v.kind in ("set", "bare"):
+    if isinstance(v, Seq) and (v.kind in ("set", "bare") or labelled and v.labels):
         return len(v.items)
     return len(v.parts) if isinstance(v, Union) else 0
 
 
 def _several_boxes(reference: str, completion: str, ref: str, cand: str) -> str | None:
     """Answer stated in several separate boxes (``\\boxed{2} ... \\boxed{-3}``) that matches an
-    unordered collection with exactly as many items on the other side; else None.
+    unordered collection with exactly as many items on the other side; else None. Boxes that
+    each name their quantity (``\\boxed{x_1=2}``, or ``x_1 = \\boxed{2}``, which is read as
+    ``x_1=2``) may also match a labelled tuple (``x_1=2, x_2=5``), label by label.
 
     A completion's boxes count only when their number equals the reference's item count, so an
     intermediate box (one box too many) or a hedge against a single-value reference is never
@@ -281,13 +297,15 @@ def _several_boxes(reference: str, completion: str, ref: str, cand: str) -> str 
     """
     if "box" not in completion and "box" not in reference:
         return None  # the common case, decided without a scan
-    boxes = final_boxes(completion)
-    if len(boxes) >= 2 and _collection_size(ref) == len(boxes):
+    boxes = final_boxes(completion, labels=True)
+    named = all("=" in b for b in boxes)
+    if len(boxes) >= 2 and _collection_size(ref, named) == len(boxes):
         joined = ", ".join(boxes)
         if answers_equivalent(ref, joined):
             return joined
-    ref_boxes = all_boxed(reference)
-    if len(ref_boxes) >= 2 and _collection_size(cand) == len(ref_boxes):
+    ref_boxes = all_boxed(reference, labels=True)
+    named = all("=" in b for b in ref_boxes)
+    if len(ref_boxes) >= 2 and _collection_size(cand, named) == len(ref_boxes):
         if answers_equivalent(", ".join(ref_boxes), cand):
             return cand
     return None

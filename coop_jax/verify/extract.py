@@ -1,7 +1,8 @@
 """Final-answer extraction from free model text or a reference solution.
 
 Order of preference: the last group of ``\\boxed{}``/``\\fbox{}`` (nested braces; adjacent
-boxes such as ``\\boxed{3}, \\boxed{4}`` are joined so hedging is not rewarded), then the
+boxes such as ``\\boxed{3}, \\boxed{4}`` or ``\\[\\boxed{3}\\] or \\[\\boxed{4}\\]`` are joined so
+hedging is not rewarded, and so is a box holding such a group), then the
 last ``#### x`` line (GSM8K), then the last "final answer / the answer is" phrase (a
 sentence after it is reduced to its value: "The largest $n$ is 34" -> ``34``), then the
 last ``A: x`` line, then the whole text when it is short and looks like a bare answer, and
@@ -29,8 +30,14 @@ MAX_EXTRACTED_CHARS = 4096
 _BARE_MAX_CHARS = 80
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])")
+# What may stand between the boxes of one answer group: spacing, math delimiters, "and"/"or".
 _BOX_GAP_RE = re.compile(
-    r"^(?:\s|\$|,|;|\\quad|\\qquad|\\,|\\text\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|&|\\\\)*$")
+    r"^(?:\s|\$|,|;|\\(?:q?quad|enspace)(?![a-zA-Z])|\\[,;:! ]|\\[\[\]()]"
+    r"|\\(?:text|textrm|mathrm|mbox|textnormal)\s*\{\s*(?:and|or|,)?\s*\}|\band\b|\bor\b|&|\\\\)*$")
+# "x_1 = \\boxed{2}": a plain symbol assigned just before a box (after "$", ",", a word ...).
+_BOX_LABEL_RE = re.compile(
+    r"(?:^|[$,;:(\n]|\\[(\[]|\\q?quad|\\text\{[^{}]*\}|(?<![\\A-Za-z])[A-Za-z]{2,})\s*"
+    r"([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?)\s*=\s*$")
 _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 _PHRASE_RE = re.compile(
     r"(?:final\s+answer|the\s+answer|answer)[*\s]*(?:is|are|:|=|\bwould be\b|\bwill be\b)[*\s]*"
@@ -49,7 +56,9 @@ _DANGLING_RE = re.compile(
 _A_LINE_RE = re.compile(r"(?m)^[ \t]*A[ \t]*:[ \t]*(\S[^\n]*)$")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)|\s(?:I hope|which|because|since|so that)\b|\s+\((?![A-Ea-e]\))")
 _CLOSING_DOLLAR = re.compile(r"(?<!\\)\$")
-_COPULA_RE = re.compile(r"\s(?:is|are|was|were|equals|=|becomes|comes to|totals?)\s", re.IGNORECASE)
+# Lookarounds, so that "the total is 18" finds both "total" and "is" (the last one counts).
+_COPULA_RE = re.compile(r"(?<=\s)(?:is|are|was|were|equals|=|becomes|comes to|totals?)(?=\s)",
+                        re.IGNORECASE)
 _MATH_SPAN_RE = re.compile(
     r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\$)(.+?)(?<!\\)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\$?\d[\d,]*(?:\.\d+)?(?:/\d+)?%?(?![\w])")
@@ -101,18 +110,32 @@ def _boxes(text: str) -> tuple[tuple[tuple[int, int, str], ...], bool]:
     return tuple(boxes), broken
 
 
-def all_boxed(text: str) -> list[str]:
-    """Content of every outermost box, in order (``\\boxed{\\boxed{5}}`` counts once as ``5``)."""
-    return [_unwrap_box(content.strip()) for _, _, content in _boxes(text)[0]]
+def _box_label(text: str, start: int) -> str | None:
+    """The symbol assigned right before the box at ``start`` (``x_1 = \\boxed{2}``), or None."""
+    lo = max(0, start - 60)
+    m = _BOX_LABEL_RE.search(("\0" if lo else "") + text[lo:start])
+    return m.group(1) if m else None
 
 
-def final_boxes(text: str) -> list[str]:
+def all_boxed(text: str, labels: bool = False) -> list[str]:
+    """Content of every outermost box, in order (``\\boxed{\\boxed{5}}`` counts once as ``5``).
+    With ``labels``, a box that a plain symbol is assigned to gets it back: ``x_1=\\boxed{2}``
+    -> ``x_1=2``."""
+    out = []
+    for start, _, content in _boxes(text)[0]:
+        content = _unwrap_box(content.strip())
+        label = _box_label(text, start) if labels and "=" not in content else None
+        out.append(f"{label}={content}" if label else content)
+    return out
+
+
+def final_boxes(text: str, labels: bool = False) -> list[str]:
     """:func:`all_boxed` of the part of a completion the answer is taken from (after
     ``</think>`` when that part has a box, before any chat-template token)."""
     text = _main_part(text)
     _, sep, after_think = text.rpartition("</think>")
-    boxes = all_boxed(after_think) if sep else []
-    return boxes or all_boxed(text)
+    boxes = all_boxed(after_think, labels) if sep else []
+    return boxes or all_boxed(text, labels)
 
 
 def find_boxed(text: str) -> str | None:
@@ -129,8 +152,22 @@ def find_boxed(text: str) -> str | None:
     return ", ".join(_unwrap_box(content.strip()) for _, _, content in group)
 
 
-def _unwrap_box(content: str, levels: int = 4) -> str:
-    """``\\boxed{\\boxed{5}}`` -> ``5`` (a few levels; deeper nesting is left as is)."""
+def _box_group(content: str) -> str | None:
+    """A box holding a group of boxes and nothing else (``\\boxed{\\boxed{x=2}\\quad\\text{and}
+    \\quad\\boxed{y=5}}``): the joined group, ``x=2, y=5``; else None."""
+    boxes, broken = _boxes(content)
+    if len(boxes) < 2 or broken:
+        return None
+    gaps = [content[:boxes[0][0]], content[boxes[-1][1]:]]
+    gaps += [content[a[1]:b[0]] for a, b in zip(boxes, boxes[1:])]
+    if any(len(g) > 40 or not _BOX_GAP_RE.match(g) for g in gaps):
+        return None
+    return ", ".join(_unwrap_box(c.strip(), group=False) for _, _, c in boxes)
+
+
+def _unwrap_box(content: str, levels: int = 4, group: bool = True) -> str:
+    """``\\boxed{\\boxed{5}}`` -> ``5`` (a few levels; deeper nesting is left as is); with
+    ``group``, a box of boxes is their joined group (:func:`_box_group`)."""
     for _ in range(levels):
         m = _BOX_RE.match(content)
         if not m:
@@ -142,7 +179,7 @@ def _unwrap_box(content: str, levels: int = 4) -> str:
             return content
         close = match_brace(content, j)
         if close != len(content) - 1:
-            return content
+            return (_box_group(content) if group else None) or content
         content = content[j + 1:close].strip()
     return content
 

@@ -1,7 +1,7 @@
 """String-level normalisation of an extracted final answer.
 
-Turns the many spellings of one answer (``\\$18.00``, ``18 dollars``, ``\\dfrac13``,
-``90^\\circ``, ``10,\\!080``, ``5\\text{ cm}^2``) into one LaTeX-ish string that
+Turns the many spellings of one answer (``\\$18.00``, ``3,50 \u20ac``, ``18 dollars``,
+``\\dfrac13``, ``90^\\circ``, ``10,\\!080``, ``5\\text{ cm}^2``) into one LaTeX-ish string that
 :mod:`coop_jax.verify.parse` can read. Everything here is plain ``str``/``re`` work
 with linear-time patterns; nothing is evaluated.
 """
@@ -43,7 +43,7 @@ _VERT = re.compile(r"\\[lr]?vert(?![a-zA-Z])")
 _THOUSANDS_TEX = re.compile(r"\{,\}|,\\!\s*|,\\,(?=\d{3})")
 
 UNITS = (
-    "dollars?", "usd", "cents?", "euros?", "pounds?", "yuan", "rupees?", "rs",
+    "dollars?", "usd", "cents?", "euros?", "eur", "pounds?", "gbp", "yuan", "rupees?", "rs",
     "degrees?", "deg", "radians?", "rad", "units?", "sq units?", "square units?", "cubic units?",
     "mm", "cm", "km", "m", "meters?", "metres?", "kilometers?", "centimeters?", "millimeters?",
     "inch(?:es)?", "in", "ft", "feet", "foot", "yards?", "yd", "miles?", "mi",
@@ -74,6 +74,9 @@ _ELLIPSIS = re.compile(r"(?:\.\.\.|\\[lc]?dots|\u2026)\s*[.,;]?\s*$")
 _PLAIN_SQRT = re.compile(r"(?<![\\a-zA-Z])sqrt\s*\(([^()]{1,64})\)")
 _PLAIN_PI = re.compile(r"(?<![\\a-zA-Z])pi(?![a-zA-Z])")
 _REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?|\\R(?![a-zA-Z])|(?i:all real numbers)")
+# Currency signs other than ``$`` (dropped like it, before or after the number: ``3,50 €``).
+_CURRENCY = re.compile(
+    "[\u20ac\u00a3\u00a5\u20b9]" r"|\\(?:euro|texteuro|EUR|pounds|textsterling|yen|textyen)(?![a-zA-Z])")
 _LEADING_ASSIGN_WORDS = re.compile(r"^(?:answer|final answer|ans)\s*[:=]\s*", re.IGNORECASE)
 
 
@@ -226,7 +229,7 @@ def _strip_delimiters(s: str) -> str:
             s = s[len(lo):len(s) - len(hi)].strip()
     s = s.replace(r"\$", " ")
     s = s.replace("$", " ")
-    return s
+    return _CURRENCY.sub(" ", s)
 
 
 def normalize(answer: str) -> Normalized:

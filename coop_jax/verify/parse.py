@@ -49,6 +49,7 @@ _NUM_RES = {
 # thousands, "12,500") unless the integer part is 0 ("0,125" cannot be a thousands group).
 _DECIMAL_COMMA = re.compile(r"^([+-]?)(\d+),(\d+)$")
 _SEMI = re.compile(";")
+_RATIO = re.compile(":")
 _SPACE_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _SPACE_NOT_BETWEEN_DIGITS = re.compile(r"(?<![\d,]) +| +(?![\d,])")
 _REL_RE = re.compile(
@@ -307,11 +308,16 @@ def parse_value(s: str, percent: bool = False, was_text: bool = False) -> Value:
         return _parse_matrix(m.group(2), m.group(1))
     if _wrapped(s):
         inner = s[1:-1].strip()
-        items, _ = split_top(inner, re.compile(","))
+        items, _ = split_top(inner, _SEMI)  # "[1; 4]", "[1,5; 4]": ";" between decimal commas
+        if len(items) == 1:
+            items, _ = split_top(inner, re.compile(","))
         if len(items) > 1:
             return Seq(tuple(parse_value(p) for p in items), "tuple", s[0], s[-1])
         if s[0] == "(" or inner.startswith(r"\begin"):
             return parse_value(inner, percent)
+    parts, _ = split_top(s, _RATIO)
+    if 2 < len(parts) <= 64 and all(parts):  # "1:2:3" is an ordered ratio, not (1/2)/3
+        return Seq(tuple(parse_value(p) for p in parts), "tuple", ":", ":")
     pm = _expand_pm(s)
     if pm is not None:
         return Seq(tuple(parse_value(p) for p in pm), "bare")

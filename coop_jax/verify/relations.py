@@ -1,7 +1,8 @@
 """Equations, inequalities and labels: the relation part of :mod:`coop_jax.verify.parse`.
 
 * ``label = value`` marks an assignment when the left-hand side names the quantity asked
-  for (``x``, ``a_1``, ``f(x)``, ``AB``, ``|PQ|``, ``AB:CD``, ``(a,b)``); only such a
+  for (``x``, ``a_1``, ``f(x)``, ``AB``, ``|PQ|``, ``(a,b)``, a ratio of named quantities
+  ``AB:CD``, ``A_1:A_2``, ``\\frac{PQ}{QR}``); only such a
   left-hand side may be dropped, so ``2x = 10`` never matches ``10``.
 * Inequalities in one variable become intervals: ``x > 2`` -> ``(2, \\infty)``,
   ``-1 \\le x \\le 4`` -> ``[-1, 4]``, ``1 \\le |z| \\le 2`` -> ``[-2,-1] \\cup [1,2]``.
@@ -19,12 +20,17 @@ from coop_jax.verify import symbolic
 from coop_jax.verify.values import Opaque, Relation, Scalar, Seq, Union, Value
 
 _SYM = r"[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?"
+# A named quantity inside a ratio label: "A_1", "x", "PQ", "|PQ|", "[ABC]" (an area).
+_NAME = rf"(?:{_SYM}|[A-Z]{{2,3}}|\|[A-Z]{{1,3}}\||\[[A-Z]{{2,4}}\]|\\overline\{{[A-Z]{{2}}\}})"
 # Left-hand sides that name the quantity asked for: "x", "a_1", "\\theta", "AB", "f(3)",
-# "m\\angle ABC", "P(x)", "|PQ|", "AB:CD", "(a,b)". "<label> = value" then matches "value".
+# "m\\angle ABC", "P(x)", "|PQ|", "(a,b)", and ratios of named quantities: "AB:CD",
+# "A_1:A_2", "a:b:c", "PQ/QR", "\\frac{PQ}{QR}", "\\frac{[ABC]}{[DEF]}" (never with a number in
+# them, so "2x = 10" and "\\frac{x}{2} = 1" keep their left-hand side). "<label> = value" then
+# matches "value".
 LABEL_RE = re.compile(
     rf"^(?:{_SYM}(?:\([^()=]{{1,12}}\))?|\\[a-zA-Z]+|[A-Z]{{2,3}}"
-    r"|(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|\\overline\{[A-Z]{2}\}"
-    r"|\|[A-Z]{1,3}\||[A-Z]{1,3}(?::[A-Z]{1,3})+"
+    r"|(?:m\s*)?\\angle\s*[A-Za-z]{1,3}|\\overline\{[A-Z]{2}\}|\|[A-Z]{1,3}\|"
+    rf"|{_NAME}(?::{_NAME})+|{_NAME}/{_NAME}|\\frac\{{{_NAME}\}}\{{{_NAME}\}}"
     rf"|\(\s*{_SYM}(?:\s*,\s*{_SYM})+\s*\))$")
 OPS = {r"\le": "<=", r"\ge": ">=", r"\ne": "!=", r"\approx": "~", "<=": "<=", ">=": ">=",
        "!=": "!=", "<": "<", ">": ">", "=": "="}

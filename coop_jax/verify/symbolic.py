@@ -9,6 +9,7 @@
   digits, accepting a *relative* difference below 1e-40. Tiny values are therefore never
   confused (``1/2004!`` vs ``1/2006!``, ``e^{-1000}`` vs ``0``).
 * Expressions with free symbols are compared at several fixed pseudo-random points.
+* Sums and products are never evaluated: each is held as one symbol (:func:`_hold`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ PRECISION = 60
 _CONF = ConversionConfig(interpret_as_mixed_fractions=True, lowercase_symbols=True)
 _DECIMAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 _I_SYMBOL = sympy.Symbol("i")
-_BAD_NODES = (sympy.Integral, sympy.Sum, sympy.Product, sympy.Limit, sympy.Derivative,
-              sympy.Piecewise)
+_BAD_NODES = (sympy.Integral, sympy.Limit, sympy.Derivative, sympy.Piecewise)
+# Sums and products are kept unevaluated, each as one opaque symbol (see :func:`_hold`).
+_HELD_NODES = (sympy.Sum, sympy.Product)
+_HELD_PREFIX = "held:"
+# "\\sum_k" (no bounds): read as a sum over all k, which the grammar can parse.
+_UNBOUNDED = re.compile(r"\\(sum|prod)\s*_\s*(?:\{\s*([a-zA-Z])\s*\}|([a-zA-Z]))(?!\s*\^)")
 _NONFINITE = (sympy.oo, -sympy.oo, sympy.zoo, sympy.nan)
 
 
@@ -106,13 +111,36 @@ def cost_ok(expr: sympy.Basic) -> bool:
         return False
 
 
+def _hold(expr: sympy.Expr) -> sympy.Expr:
+    """Replace every sum/product node by a symbol named after the node, innermost first.
+
+    The node is never evaluated (``\\sum_{n=1}^{10^{10}} n!`` stays cheap); two sums match
+    when their parsed trees are identical, and those are canonical up to the order of the
+    factors and terms inside (``\\sum_k a_k b_{n-k}`` = ``\\sum_k b_{n-k} a_k``).
+    """
+    return expr.replace(lambda e: isinstance(e, _HELD_NODES),
+                        lambda e: sympy.Symbol(_HELD_PREFIX + sympy.srepr(e)))
+
+
+def _unbounded(m: re.Match) -> str:
+    return r"\%s_{%s=-\infty}^{\infty}" % (m.group(1), m.group(2) or m.group(3))
+
+
 def to_sympy(s: str) -> sympy.Expr | None:
-    """Evaluated sympy expression for a LaTeX scalar, or None (unparseable or unsafe)."""
+    """Evaluated sympy expression for a LaTeX scalar, or None (unparseable or unsafe).
+
+    Sums and products stay unevaluated (:func:`_hold`); integrals, limits, derivatives and
+    piecewise functions are refused.
+    """
     try:
+        if "\\sum" in s or "\\prod" in s:
+            s = _UNBOUNDED.sub(_unbounded, s)
         expr = latex2sympy(_decimals_to_fracs(s), normalization_config=None,
                            conversion_config=_CONF)
         if not isinstance(expr, sympy.Expr) or expr.has(*_BAD_NODES) or not cost_ok(expr):
             return None
+        if expr.has(*_HELD_NODES):
+            expr = _hold(expr)
         expr = expr.doit()
         if not isinstance(expr, sympy.Expr) or expr.has(sympy.zoo, sympy.nan):
             return None  # "1/0", "12:00" read as a ratio: never equal to anything
@@ -137,7 +165,8 @@ def to_matrix(s: str) -> list[list[sympy.Expr]] | None:
     try:
         expr = latex2sympy(_decimals_to_fracs(s), normalization_config=None,
                            conversion_config=_CONF)
-        if not isinstance(expr, sympy.MatrixExpr) or expr.has(sympy.MatPow, *_BAD_NODES):
+        if not isinstance(expr, sympy.MatrixExpr) or expr.has(sympy.MatPow, *_BAD_NODES,
+                                                               *_HELD_NODES):
             return None
         if any(m.rows * m.cols > _MAX_MATRIX_CELLS for m in expr.atoms(sympy.ImmutableMatrix)):
             return None
