@@ -105,7 +105,8 @@ def _read_tensors(path: str, num_layers: int) -> dict[str, np.ndarray]:
 def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None, mesh=None,
          num_labels: int | None = None, keep_layers: int | None = None,
          head_seed: int = 0, remat: bool = False, scan_layers: bool = False) -> HFModel:
-    """Load a Qwen2 / Llama model (causal LM or sequence classification).
+    """Load a model of a registered family (`coop_jax.models.families`: Qwen2, Llama), as a
+    causal LM or a sequence classifier.
 
     `path` is a local HF folder, a `.gguf` file or a Hub id (see `coop_jax.hf.sources`).
     `num_labels=None` keeps the checkpoint's head. `num_labels=1` on a causal-LM checkpoint

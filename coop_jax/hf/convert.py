@@ -1,14 +1,18 @@
-"""Hugging Face <-> coop_jax conversion: config fields and parameter names."""
+"""Hugging Face <-> coop_jax conversion: config fields and parameter names.
+
+What differs between families (model_type, architectures, bias keys, refused keys) is their
+entry in `coop_jax.models.families.MODEL_FAMILIES`; everything here is shared by all of them.
+"""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jax
 import numpy as np
 
 from coop_jax.models.config import ModelConfig
-
-SUPPORTED_TYPES = ("qwen2", "llama")
+from coop_jax.models.families import MODEL_FAMILIES, family_of_hf_model_type
 
 
 def _rope_fields(hf: dict[str, Any]) -> tuple[float, dict | None]:
@@ -24,18 +28,16 @@ def _rope_fields(hf: dict[str, Any]) -> tuple[float, dict | None]:
 
 def model_config_from_hf(hf: dict[str, Any], *, param_dtype: str = "float32",
                          dtype: str | None = None) -> ModelConfig:
-    model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_TYPES:
-        raise ValueError(f"config.json model_type must be one of {SUPPORTED_TYPES}, got "
-                         f"{model_type!r}")
-    if hf.get("use_sliding_window"):
-        raise ValueError("config.json use_sliding_window=true is not supported")
+    name = family_of_hf_model_type(hf.get("model_type"))
+    family = MODEL_FAMILIES[name]
+    refused = family.refused(hf)
+    if refused:
+        raise ValueError(f"config.json {refused}={json.dumps(hf[refused])} is not supported")
     arch = (hf.get("architectures") or [""])[0]
     num_labels = 0
     if arch.endswith("ForSequenceClassification"):
         num_labels = len(hf.get("id2label") or {}) or int(hf.get("num_labels", 1))
     theta, scaling = _rope_fields(hf)
-    attention_bias = bool(hf.get("attention_bias", False))
     return ModelConfig(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
         intermediate_size=hf["intermediate_size"], num_layers=hf["num_hidden_layers"],
@@ -43,12 +45,10 @@ def model_config_from_hf(hf: dict[str, Any], *, param_dtype: str = "float32",
         num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
         head_dim=hf.get("head_dim"), rope_theta=theta, rope_scaling=scaling,
         rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-        qkv_bias=True if model_type == "qwen2" else attention_bias,
-        o_bias=False if model_type == "qwen2" else attention_bias,
-        mlp_bias=bool(hf.get("mlp_bias", False)),
+        **family.switches_from_hf(hf),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         max_position_embeddings=hf.get("max_position_embeddings", 4096),
-        num_labels=num_labels, family=model_type, param_dtype=param_dtype,
+        num_labels=num_labels, family=name, param_dtype=param_dtype,
         dtype=dtype or param_dtype,
     )
 
@@ -57,14 +57,14 @@ def hf_config_from_model_config(cfg: ModelConfig, base: dict[str, Any] | None = 
                                 pad_token_id: int | None = None) -> dict[str, Any]:
     """A config.json dict for `cfg`; fields of `base` that coop_jax does not model are kept."""
     out = dict(base or {})
-    head = "ForSequenceClassification" if cfg.is_reward_model else "ForCausalLM"
-    prefix = "Qwen2" if cfg.family == "qwen2" else "Llama"
+    family = MODEL_FAMILIES.lookup(cfg.family, "ModelConfig.family")
     rope = {"rope_theta": cfg.rope_theta, "rope_type": "default"}
     if cfg.rope_scaling_dict:
         rope.update(cfg.rope_scaling_dict)
     out.update(
-        model_type=cfg.family, architectures=[prefix + head], vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        model_type=family.hf_model_type, architectures=[family.architecture(cfg.is_reward_model)],
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads,
         num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.dim_per_head,
         rms_norm_eps=cfg.rms_norm_eps, tie_word_embeddings=cfg.tie_embeddings,
@@ -72,8 +72,7 @@ def hf_config_from_model_config(cfg: ModelConfig, base: dict[str, Any] | None = 
         rope_theta=cfg.rope_theta, rope_scaling=cfg.rope_scaling_dict, rope_parameters=rope,
         torch_dtype=cfg.param_dtype, dtype=cfg.param_dtype,
     )
-    if cfg.family == "llama":
-        out.update(attention_bias=cfg.qkv_bias, mlp_bias=cfg.mlp_bias)
+    out.update(family.hf_keys(cfg))
     if cfg.is_reward_model:
         out["num_labels"] = cfg.num_labels
         out["id2label"] = {str(i): f"LABEL_{i}" for i in range(cfg.num_labels)}

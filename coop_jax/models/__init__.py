@@ -1,5 +1,7 @@
-"""The Qwen2/Llama decoder family, as a config plus pure functions of a parameter pytree."""
+"""One decoder (its HF families: `models.families`), as a config plus pure functions of a
+parameter pytree."""
 from coop_jax.models.config import ModelConfig
+from coop_jax.models.families import MODEL_FAMILIES, ModelFamily
 from coop_jax.models.forward import (
     abstract_params,
     forward_with_cache,
@@ -19,8 +21,8 @@ from coop_jax.models.forward import (
 from coop_jax.models.transformer import KVCache, Transformer
 
 __all__ = [
-    "KVCache", "ModelConfig", "Transformer", "abstract_params", "forward_with_cache",
-    "hidden_states", "init_boxed", "init_cache", "init_params", "last_token_index", "lm_logits",
-    "param_count", "positions_from_mask", "reward_scores", "stack_layers", "unembed_matrix",
-    "unstack_layers",
+    "KVCache", "MODEL_FAMILIES", "ModelConfig", "ModelFamily", "Transformer", "abstract_params",
+    "forward_with_cache", "hidden_states", "init_boxed", "init_cache", "init_params",
+    "last_token_index", "lm_logits", "param_count", "positions_from_mask", "reward_scores",
+    "stack_layers", "unembed_matrix", "unstack_layers",
 ]

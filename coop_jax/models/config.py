@@ -1,10 +1,12 @@
-"""Architecture description shared by the Qwen2/Qwen2.5 and Llama 3.x families."""
+"""Architecture description shared by every model family (`coop_jax.models.families`)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
 import jax.numpy as jnp
+
+from coop_jax.models.families import MODEL_FAMILIES
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -15,6 +17,13 @@ class ModelConfig:
 
     `num_labels == 0` is a causal LM (unembedding to the vocabulary); `num_labels >= 1` is a
     sequence-classification model whose scalar head is read at the last non-pad token.
+
+    The decoder reads every field but `family`. `family` (a name in
+    `coop_jax.models.families.MODEL_FAMILIES`) is the Hugging Face architecture these fields
+    come from and are exported as; it never changes the maths. On import it decides how
+    config.json sets the `qkv_bias` / `o_bias` / `mlp_bias` switches (qwen2: q/k/v bias always,
+    none elsewhere; llama: `attention_bias`, `mlp_bias`) and which keys are refused; on export
+    the `model_type`, the `architectures` name and those bias keys.
     """
 
     vocab_size: int
@@ -35,7 +44,7 @@ class ModelConfig:
     tie_embeddings: bool = False
     max_position_embeddings: int = 4096
     num_labels: int = 0
-    family: str = "qwen2"  # "qwen2" | "llama": only decides the HF export format
+    family: str = "qwen2"  # a MODEL_FAMILIES name: the HF format (not the maths); see above
     param_dtype: str = "float32"
     dtype: str = "float32"
     remat: bool = False
@@ -59,8 +68,7 @@ class ModelConfig:
             if getattr(self, name) not in DTYPES:
                 raise ValueError(f"ModelConfig.{name} must be one of {sorted(DTYPES)}, got "
                                  f"{getattr(self, name)!r}")
-        if self.family not in ("qwen2", "llama"):
-            raise ValueError(f"ModelConfig.family must be 'qwen2' or 'llama', got {self.family!r}")
+        MODEL_FAMILIES.lookup(self.family, "ModelConfig.family")
         if isinstance(self.rope_scaling, dict):
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
 
