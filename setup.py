@@ -44,7 +44,7 @@ setup(
     entry_points={
         "console_scripts": [
             "coop-train=coop_jax.train:run",
-            "coop-train-rm=coop_jax.train_rm:run",
+            "coop-train-rm=coop_jax.rm_train.cli:run",
             "coop-eval=coop_jax.eval.cli:run",
             "coop-report=coop_jax.eval.report:run",
             "coop-export=coop_jax.export:run",

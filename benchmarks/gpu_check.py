@@ -266,6 +266,7 @@ def model_flops_per_step(cfg, rows: int, p: int, r: int, rm_len: int, pairs: int
 def section_cooper(s: dict, smoke: bool) -> dict:
     import memory_plan
     from coop_jax import models
+    from coop_jax.train_batch import TrainBatch
     from coop_jax.train_step import init_state, jit_step
     config = memory_plan.load_config(memory_plan.DEFAULT_CONFIG)
     arch = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
@@ -285,7 +286,7 @@ def section_cooper(s: dict, smoke: bool) -> dict:
     state = init_state(policy, tx, ref_params=ref, rm_params=rm, rm_tx=rm_tx)
     rng = np.random.default_rng(0)
     batch = {}
-    for name, sds in memory_plan.abstract_batch(config, None).items():
+    for name, sds in memory_plan.abstract_batch(config, None).to_flat().items():
         if sds.dtype == np.int32 and "mask" not in name:
             batch[name] = rng.integers(1, cfg.valid_vocab, sds.shape).astype(np.int32)
         elif "mask" in name:
@@ -296,7 +297,7 @@ def section_cooper(s: dict, smoke: bool) -> dict:
             batch[name] = np.ones(sds.shape, np.float32)
         else:
             batch[name] = np.zeros(sds.shape, sds.dtype)
-    batch = jax.device_put(batch)
+    batch = jax.device_put(TrainBatch.from_flat(batch))
     step = jit_step(cfg, tx, rm_tx)
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
@@ -307,8 +308,8 @@ def section_cooper(s: dict, smoke: bool) -> dict:
     times, metrics = [], None
     for _ in range(2 if smoke else 3):
         t0 = time.perf_counter()
-        state, metrics = compiled(state, batch)
-        jax.block_until_ready(metrics)
+        state, outputs = compiled(state, batch)
+        metrics = jax.block_until_ready(outputs.metrics)
         times.append(time.perf_counter() - t0)
     out["step_s_each"] = times
     out["step_s"] = float(np.median(times[1:]))  # the first call also pays for transfers

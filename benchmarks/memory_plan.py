@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from coop_jax import config as config_lib, cooper, kernels, models, parallel  # noqa: E402
+from coop_jax.train_batch import TrainBatch  # noqa: E402
 from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
 
 GIB = 2 ** 30
@@ -161,7 +162,7 @@ def abstract_state(cfg: StepConfig, tx, rm_tx, mesh):
     return state
 
 
-def abstract_batch(config, mesh=None) -> dict:
+def abstract_batch(config, mesh=None) -> TrainBatch:
     """The batch of one Cooper step: B*G rollouts of prompt/response lengths, RM inputs, pairs
     (ShapeDtypeStructs, sharded over `mesh` when given)."""
     rows = config.rollout.prompts_per_step * config.rollout.group_size
@@ -177,8 +178,9 @@ def abstract_batch(config, mesh=None) -> dict:
               "pair_valid": ((b,), np.float32)}
     host = {k: np.zeros(s, d) for k, (s, d) in shapes.items()}  # small: only for the shardings
     shardings = parallel.batch_shardings(host, mesh) if mesh is not None else {}
-    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings.get(k))
-            for k, v in host.items()}
+    return TrainBatch.from_flat({k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                                        sharding=shardings.get(k))
+                                 for k, v in host.items()})
 
 
 def assistant_model(config, scan: bool) -> tuple[str, models.ModelConfig]:
@@ -274,7 +276,7 @@ def compile_one(config, devices, mesh_shape, layers, remat, kernel_impl, scan=Fa
     shardings = lambda tree: jax.tree_util.tree_map(lambda x: x.sharding, tree)
     rep = parallel.replicated(mesh)
     step = jit_step(cfg, tx, rm_tx, state_shardings=shardings(state),
-                    batch_sharding={k: v.sharding for k, v in batch.items()}, replicated=rep)
+                    batch_sharding=shardings(batch), replicated=rep)
     out = dict(state_bytes=per_device_bytes(state), batch_bytes=per_device_bytes(batch))
     if not assistant:
         return dict(out, **_compile(step, state, batch))

@@ -50,7 +50,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from coop_jax import config as config_lib, models, parallel, rl, sampling  # noqa: E402
 from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu, partition  # noqa: E402
-from coop_jax.train_step import StepConfig, init_state, jit_step, make_optimizer  # noqa: E402
+from coop_jax.optim import make_optimizer  # noqa: E402
+from coop_jax.train_batch import TrainBatch  # noqa: E402
+from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
 
 N, D, V = 4096, 1536, 151_936
 DECODE_ROWS = 512
@@ -162,16 +164,17 @@ def _abstract_train_state(cfg: StepConfig, tx, mesh):
                          ref_params=params)
 
 
-def _abstract_batch(mesh) -> dict:
+def _abstract_batch(mesh) -> TrainBatch:
     rows = GROUP * PROMPTS
     shapes = {"prompt_tokens": ((rows, PROMPT_LEN), np.int32),
               "prompt_mask": ((rows, PROMPT_LEN), np.bool_),
               "tokens": ((rows, RESPONSE_LEN), np.int32), "mask": ((rows, RESPONSE_LEN), np.bool_),
-              "rewards": ((rows,), np.float32), "loss_weight": ((rows,), np.float32)}
+              "rewards": ((rows,), np.float32), "reward_bonus": ((rows,), np.float32),
+              "loss_weight": ((rows,), np.float32)}
     host = {k: np.zeros(s, d) for k, (s, d) in shapes.items()}
     shardings = parallel.batch_shardings(host, mesh)
-    return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings[k])
-            for k, v in host.items()}
+    return TrainBatch.from_flat({k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings[k])
+                                 for k, v in host.items()})
 
 
 def train_step_program(mesh):
@@ -180,7 +183,7 @@ def train_step_program(mesh):
     tx = make_optimizer(1e-5, warmup_steps=0)
     state, batch = _abstract_train_state(cfg, tx, mesh), _abstract_batch(mesh)
     step = jit_step(cfg, tx, state_shardings=jax.tree_util.tree_map(lambda x: x.sharding, state),
-                    batch_sharding={k: v.sharding for k, v in batch.items()},
+                    batch_sharding=jax.tree_util.tree_map(lambda x: x.sharding, batch),
                     replicated=parallel.replicated(mesh), donate=False)
     return step, (state, batch)
 

@@ -6,10 +6,15 @@ Point the HF paths at local folders (no downloads at run time), e.g.
     --config.reward_model.hf_path=/models/VerifyRM-1.5B \
     --config.cooper.assistant_hf_path=/models/Qwen2.5-7B-Instruct \
     --config.data.data_dir=/data/gsm8k
-Hyper-parameters follow the released 1-GPU script (docs/ALGORITHMS.md §1): G=16, 4 prompts/step,
-policy lr 1e-6 (20 warm-up steps, constant, wd 0.01), RM lr 1e-5 (warm-up ratio 0.01, wd 0.01,
-clip 1.0), clip 0.2, token-mean, k3 low-var KL 0.001, prompt/response 512/512, T=1.0;
-validation at T=0.7, top-p 0.95.
+Hyper-parameters follow the released 1-GPU script (recipe/cooper/test_qwen2.5-1.5B-Instruct.sh,
+docs/ALGORITHMS.md §1): G=16, 4 prompts/step, 15 epochs of GSM8K's 7,473 training problems
+(7473 // 4 = 1,868 steps an epoch, the last partial batch dropped as verl's loader does: 28,020
+steps), policy lr 1e-6 (20 warm-up steps, constant, wd 0.01), RM lr 1e-5 (wd 0.01, clip 1.0, no
+warm-up: the script passes lr_warmup_steps_ratio=0.01, but its RM optimiser's effective warm-up
+is 0), clip 0.2 with dual clip 3.0, token-mean, low-var (clamped k3) KL 0.001,
+prompt/response 512/512, T=1.0; validation at T=0.7, top-p 0.95.
+One deliberate difference: the script validates every 5 steps with one sample per problem; here
+every 100 steps with greedy and avg@8 (9 generations of the 1,319 test problems each time).
 """
 from coop_jax.config import base_config
 
@@ -33,7 +38,8 @@ def get_config():
                     grad_clip=1.0, max_len=1024, assistant_hf_path="/models/Qwen2.5-7B-Instruct",
                     rewrite_temperature=0.7, rewrite_tries=3)
     c.verifier.update(num_workers=8, timeout_s=5.0)
-    c.train.update(steps=1800, eval_every=100, checkpoint_every=50, keep_checkpoints=3)
+    c.train.update(steps=15 * (7473 // 4), eval_every=100, checkpoint_every=50,
+                   keep_checkpoints=3)
     c.eval.update(temperature=0.7, top_p=0.95, batch_size=64)
     # 8 chips: data-parallel rollouts, FSDP for the optimizer state (e.g. v4-8 / 8x H100).
     c.mesh.update(shape=(2, 4, 1), distributed=False)

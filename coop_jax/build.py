@@ -15,9 +15,9 @@ def load_model(section, tokenizer, mesh, rng, *, num_labels: int = 0, hf_path: s
     path = hf_path or section.hf_path
     if path:
         lm = hf.load(path, dtype=section.param_dtype, compute_dtype=section.dtype, mesh=mesh,
-                     num_labels=num_labels, keep_layers=section.get("keep_layers") or None,
-                     remat=section.get("remat", False),
-                     scan_layers=section.get("scan_layers", False))
+                     num_labels=num_labels, keep_layers=section.keep_layers or None,
+                     remat=section.remat,
+                     scan_layers=section.scan_layers)
         if lm.config.num_labels != num_labels:
             raise ValueError(f"{path} has num_labels={lm.config.num_labels}, expected "
                              f"{num_labels}")

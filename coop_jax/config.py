@@ -1,30 +1,32 @@
-"""The config schema (with defaults) and its validation.
+"""The config schema (with defaults) and the checks that need no training code.
 
-Config files under `configs/` call `base_config()` and override fields; every run goes through
-`validate(config)`, which rejects impossible settings with a message naming the field and the
-allowed values. `model_config(config.model)` turns a model section into a `ModelConfig`.
+Config files under `configs/` call `base_config()` and override fields. `validate(config)` rejects
+impossible settings of the schema with a message naming the field and the allowed values; the
+names of the lower layers' registries (datasets, templates, RL options, kernels, schedules) are
+checked here, and the training registries check their own fields (`rewards.validate_config`,
+`cooper.validate_config`, called by `train.validate_config`). This module imports no training
+code, so evaluation can read configs without it. `model_config(config.model)` turns a model
+section into a `ModelConfig`.
 """
 from __future__ import annotations
 
 import ml_collections
 
-from coop_jax import cooper, data, kernels, rewards, rl, train_step
-from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
+from coop_jax import data, kernels, rl
 from coop_jax.models.config import DTYPES, ModelConfig
+from coop_jax.models.families import MODEL_FAMILIES
+from coop_jax.optim import SCHEDULES
+from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
+from coop_jax.verify import EXTRACTION_MODES
 
-# Allowed names come from the registries that implement them.
-REWARD_TYPES = tuple(rewards.REWARD_SOURCES)
-RM_REWARD_TYPES = tuple(name for name, s in rewards.REWARD_SOURCES.items() if s.needs_rm)
-NEGATIVE_STRATEGIES = tuple(cooper.NEGATIVE_STRATEGIES)
-DATASETS = data.DATASETS
-PROMPT_TEMPLATES = tuple(data.PROMPT_TEMPLATES)
-KERNEL_IMPLS = kernels.IMPLS
-SCHEDULES = tuple(train_step.SCHEDULES)
 NAN_POLICIES = ("error", "skip")
 RM_TRAIN_MODES = ("build_triples", "train")
 EVAL_HEADLINES = ("avg_at_k", "greedy")
 RM_OVERLONG = ("drop", "truncate")
-EXTRACTION_CHOICES = rewards.EXTRACTION_CHOICES  # "auto" + coop_jax.verify.EXTRACTION_MODES
+# verifier.extraction: "auto" (the reward type's reference default, `rewards.extraction_mode`) or
+# one of the verifier's modes
+AUTO_EXTRACTION = "auto"
+EXTRACTION_CHOICES = (AUTO_EXTRACTION,) + tuple(EXTRACTION_MODES)
 
 
 def model_section(**overrides) -> ml_collections.ConfigDict:
@@ -46,7 +48,7 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.model = model_section()
-    c.reward_model = model_section(  # used by reward types in RM_REWARD_TYPES
+    c.reward_model = model_section(  # used by reward types that need an RM (rewards.rm_reward_types)
         # the RM's input (coop_jax.rm_input): <question> = the full user prompt ("prompt", the
         # reference) or the raw question ("question"); an input over max_len tokens is cut on the
         # left (keeps the completion's end, where the score is read) or the right (the reference)
@@ -70,9 +72,13 @@ def base_config() -> ml_collections.ConfigDict:
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
         top_p=1.0, overlap=False))
 
+    # clip_ratio_c: dual-clip PPO's bound on negative-advantage tokens, 3.0 as the references
+    # always apply it (0 = off); it acts only off-policy: several epochs or mini-batches, or
+    # rollout.overlap. aggregation: rl.AGGREGATIONS (token_mean: the exact mini-batch token mean,
+    # current verl's; micro_token_mean / token_sum_norm: the references' per-micro-batch forms)
     c.rl = ml_collections.ConfigDict(dict(
         advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
-        clip_ratio_c=0.0, ratio_level="token", kl_coef=0.001, kl_estimator="low_var_kl",
+        clip_ratio_c=3.0, ratio_level="token", kl_coef=0.001, kl_estimator="low_var_kl",
         kl_in_reward=False, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
         micro_batches=1,  # gradient accumulation within each mini-batch (lax.scan): same update
         dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
@@ -83,12 +89,16 @@ def base_config() -> ml_collections.ConfigDict:
         b2=0.999, eps=1e-8, grad_clip=1.0))
 
     c.reward = ml_collections.ConfigDict(dict(
-        type="rule", threshold=False, hybrid_rm_weight=0.5))
+        type="rule", threshold=False, hybrid_rm_weight=0.5,
+        vote_match="exact"))  # voting rewards: "exact" strings (the references) | "no_whitespace"
 
     c.cooper = ml_collections.ConfigDict(dict(
         # warmup_ratio 0 and no_pair_step="zero_grad" (AdamW on zero gradients when a step has
         # no valid pair; "skip": no RM step) follow the reference's RM optimiser
-        negative="rewrite", learning_rate=1e-5, warmup_ratio=0.0, no_pair_step="zero_grad",
+        # negative_check: how a verified negative is kept (cooper.KEEP_RULES): "reference" (the
+        # lenient verifier on the full texts; no parseable answer counts as wrong) | "extracted"
+        negative="rewrite", negative_check="reference", learning_rate=1e-5, warmup_ratio=0.0,
+        no_pair_step="zero_grad",
         weight_decay=0.01,
         grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
@@ -160,7 +170,8 @@ def _positive(value, field, allow_zero=False):
         raise ValueError(f"config.{field} must be {bound}, got {value!r}")
 
 
-def _validate_model(section, field):
+def validate_model_section(section, field: str) -> None:
+    """Raise ValueError naming the first impossible field of a model section."""
     _positive(section.keep_layers, f"{field}.keep_layers", allow_zero=True)
     if section.hf_path:
         return
@@ -172,7 +183,7 @@ def _validate_model(section, field):
                          f"{field}.num_kv_heads ({section.num_kv_heads})")
     _one_of(section.param_dtype, tuple(DTYPES), f"{field}.param_dtype")
     _one_of(section.dtype, tuple(DTYPES), f"{field}.dtype")
-    _one_of(section.family, ("qwen2", "llama"), f"{field}.family")
+    MODEL_FAMILIES.check(section.family, f"{field}.family")
 
 
 def _int_field(value, field, minimum):
@@ -181,33 +192,43 @@ def _int_field(value, field, minimum):
 
 
 def _validate_distributed(mesh) -> None:
-    """The multi-process fields (old configs without them read as unset)."""
-    if not isinstance(mesh.get("distributed", False), bool):
+    """The multi-process fields."""
+    if not isinstance(mesh.distributed, bool):
         raise ValueError(f"config.mesh.distributed must be True or False, got "
                          f"{mesh.distributed!r}")
-    address = mesh.get("coordinator_address", "")
+    address = mesh.coordinator_address
     host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
     if not isinstance(address, str) or (address and not (host and port.isdigit()
                                                           and 0 < int(port) < 65536)):
         raise ValueError(f"config.mesh.coordinator_address must be 'host:port' (or \"\" for the "
                          f"environment / cluster auto-detection), got {address!r}")
-    num, pid = mesh.get("num_processes", 0), mesh.get("process_id", -1)
+    num, pid = mesh.num_processes, mesh.process_id
     _int_field(num, "mesh.num_processes", 0)
     _int_field(pid, "mesh.process_id", -1)
     if num and pid >= num:
         raise ValueError(f"config.mesh.process_id ({pid}) must be < mesh.num_processes ({num})")
 
 
+def _check_complete(c, schema, prefix: str = "") -> None:
+    """Every field of the schema is present (defaults live in `base_config` only, so a config
+    that replaced a section must keep all of its fields)."""
+    for key, default in schema.items():
+        if key not in c:
+            raise ValueError(f"config.{prefix}{key} is missing (a config must start from "
+                             "coop_jax.config.base_config() and override fields)")
+        if isinstance(default, ml_collections.ConfigDict) and isinstance(
+                c[key], ml_collections.ConfigDict):
+            _check_complete(c[key], default, f"{prefix}{key}.")
+
+
 def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> None:
     """Raise ValueError naming the first impossible field."""
-    _validate_model(c.model, "model")
-    _one_of(c.reward.type, REWARD_TYPES, "reward.type")
+    _check_complete(c, base_config())
+    validate_model_section(c.model, "model")
     _one_of(c.reward_model.question_format, tuple(QUESTION_FORMATS), "reward_model.question_format")
     _one_of(c.reward_model.truncation_side, tuple(TRUNCATIONS), "reward_model.truncation_side")
-    if c.reward.type in RM_REWARD_TYPES:
-        _validate_model(c.reward_model, "reward_model")
-    _one_of(c.data.dataset, DATASETS, "data.dataset")
-    _one_of(c.data.prompt_template, PROMPT_TEMPLATES, "data.prompt_template")
+    _one_of(c.data.dataset, data.DATASETS, "data.dataset")
+    _one_of(c.data.prompt_template, data.PROMPT_TEMPLATES, "data.prompt_template")
     if c.data.dataset != "synthetic" and not c.data.data_dir:
         raise ValueError(f"config.data.data_dir is required for data.dataset={c.data.dataset!r}")
     _positive(c.data.max_prompt_len, "data.max_prompt_len")
@@ -233,27 +254,15 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if rows % c.rl.num_minibatches:
         raise ValueError(f"config.rl.num_minibatches ({c.rl.num_minibatches}) must divide "
                          f"prompts_per_step * group_size ({rows})")
-    micro, views = c.rl.get("micro_batches", 1), rewards.REWARD_SOURCES[c.reward.type].num_views
-    _positive(micro, "rl.micro_batches")
-    if (rows // c.rl.num_minibatches) % (micro * views):
-        raise ValueError(f"config.rl.micro_batches ({micro}) x views ({views}) must "
-                         f"divide the {rows // c.rl.num_minibatches} rows of each PPO mini-batch "
-                         "(prompts_per_step * group_size / rl.num_minibatches)")
+    _positive(c.rl.micro_batches, "rl.micro_batches")
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
-    _one_of(c.cooper.negative, NEGATIVE_STRATEGIES, "cooper.negative")
     _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")
-    _positive(c.cooper.get("micro_batches", 1), "cooper.micro_batches")
-    if c.rollout.prompts_per_step % c.cooper.get("micro_batches", 1):
+    _positive(c.cooper.micro_batches, "cooper.micro_batches")
+    if c.rollout.prompts_per_step % c.cooper.micro_batches:
         raise ValueError(f"config.cooper.micro_batches ({c.cooper.micro_batches}) must divide "
                          f"rollout.prompts_per_step ({c.rollout.prompts_per_step}): one pair "
                          "per prompt")
-    if (c.reward.type == "cooper" and cooper.NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
-            and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
-        others = [n for n, s in cooper.NEGATIVE_STRATEGIES.items() if not s.needs_assistant]
-        raise ValueError(f"config.cooper.negative={c.cooper.negative!r} needs "
-                         f"cooper.assistant_hf_path or cooper.assistant_url (or choose one of "
-                         f"{others})")
     _positive(c.verifier.num_workers, "verifier.num_workers")
     _positive(c.verifier.timeout_s, "verifier.timeout_s")
     _one_of(c.verifier.extraction, EXTRACTION_CHOICES, "verifier.extraction")
@@ -263,7 +272,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _positive(c.eval.temperature, "eval.temperature")
     if not 0 < c.eval.top_p <= 1:
         raise ValueError(f"config.eval.top_p must be in (0, 1], got {c.eval.top_p}")
-    _one_of(c.kernels.impl, KERNEL_IMPLS, "kernels.impl")
+    _one_of(c.kernels.impl, kernels.IMPLS, "kernels.impl")
     _positive(c.train.steps, "train.steps", allow_zero=True)
     shape = tuple(c.mesh.shape)
     if len(shape) != 3 or sum(1 for s in shape if s == -1) > 1 or any(
@@ -272,30 +281,14 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
                          f"one -1, got {shape}")
     _validate_distributed(c.mesh)
     if device_count is not None:
-        data, fsdp, _ = resolve_mesh_shape(shape, device_count)
-        if (c.rollout.prompts_per_step * c.rollout.group_size) % (data * fsdp):
+        data_size, fsdp, _ = resolve_mesh_shape(shape, device_count)
+        if (c.rollout.prompts_per_step * c.rollout.group_size) % (data_size * fsdp):
             raise ValueError(f"config.rollout.prompts_per_step x group_size ({rows}) must be a "
-                             f"multiple of the mesh's data x fsdp size ({data * fsdp})")
-    source = rewards.REWARD_SOURCES[c.reward.type]
-    if source.num_views > 1 and c.rl.num_minibatches != 1:
-        raise ValueError(f"config.rl.num_minibatches must be 1 for reward.type={c.reward.type!r} "
-                         "(the views' losses are summed over the whole batch)")
-    if c.rl.dynamic_sampling and source.num_views > 1:
-        raise ValueError(f"config.rl.dynamic_sampling is not supported with reward.type="
-                         f"{c.reward.type!r}: its {source.num_views} views of each prompt are "
-                         "trained together, so groups cannot be dropped one view at a time; set "
-                         "rl.dynamic_sampling=False")
-    if c.rl.dynamic_sampling and source.device != "batch":
-        raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
-                         f"{c.reward.type!r} computes them on device")
+                             f"multiple of the mesh's data x fsdp size ({data_size * fsdp})")
     if c.rollout.overlap and c.rl.dynamic_sampling:
         raise ValueError("config.rollout.overlap does not support rl.dynamic_sampling=True (its "
                          "draw count depends on the rewards, so the next batch cannot be sampled "
                          "ahead); set one of them to False")
-    if c.rollout.overlap and (source.needs_teacher or source.before_step is not None):
-        raise ValueError(f"config.rollout.overlap is not supported with reward.type="
-                         f"{c.reward.type!r}: its per-step hook (the EMA teacher) changes the "
-                         "state the next batch would be sampled from; set rollout.overlap=False")
 
 
 def validate_rm_train(r: ml_collections.ConfigDict) -> None:
@@ -347,4 +340,4 @@ def model_config(section: ml_collections.ConfigDict, vocab_size: int | None = No
         tie_embeddings=section.tie_embeddings and num_labels == 0,
         max_position_embeddings=section.max_position_embeddings, num_labels=num_labels,
         family=section.family, param_dtype=section.param_dtype, dtype=section.dtype,
-        remat=section.remat, scan_layers=section.get("scan_layers", False))
+        remat=section.remat, scan_layers=section.scan_layers)

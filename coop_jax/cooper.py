@@ -9,8 +9,12 @@ is one function under `@register_negative(name)`):
   perturb  - the positive with its final answer replaced by a different value (an ablation);
   consistent_wrong - the positive with one early slip carried through to a wrong final answer
              (synthetic task; the offline stand-in for rewrite).
-A verified strategy's negative (rewrite, perturb) is kept only if it has a final answer and the
-rule verifier says that answer is NOT equivalent to the positive's. See docs/ALGORITHMS.md.
+A verified strategy's negative (rewrite, perturb, consistent_wrong) is kept by
+`cooper.negative_check` (the KEEP_RULES registry): "reference" (default, as the released code
+does with Math-Verify) keeps it unless the lenient verifier finds the two full texts equivalent,
+so a rewrite without a parseable answer counts as wrong; "extracted" keeps it only if it has a
+final answer, under the run's extraction mode, that is not equivalent to the positive's.
+See docs/ALGORITHMS.md.
 """
 from __future__ import annotations
 
@@ -25,20 +29,29 @@ from coop_jax.parallel import host
 from coop_jax.registry import Registry, first_doc_line
 from coop_jax.rm_input import RMInputFormat
 from coop_jax.sampling.chat import http_chat, local_chat
+from coop_jax.train_batch import PairBatch
 
+# The points of the released code's instruction, in our words: wrong reasoning throughout, a wrong
+# conclusion, about the correct response's length, it must look like a solution of the problem,
+# plausible-sounding; and only the solution process and its answer.
 REWRITE_SYSTEM_PROMPT = (
-    "You are given a math problem and a correct solution. Produce a completely incorrect, "
-    "misleading response: wrong reasoning and a wrong conclusion, similar in length and style to "
-    "the correct one, plausible-sounding, and ending with a final answer in the same format.")
+    "You are given a math problem and a correct response to it. Write a completely incorrect, "
+    "misleading response instead: keep the form of a worked solution, but let its reasoning go "
+    "wrong so that it reaches a wrong final answer. Make it about as long as the correct "
+    "response, plausible-sounding, and written as if it solved the problem.")
 
 
 # Tokens of the rewrite prompt beyond the question and the positive: the system prompt, the
-# user message's labels and the chat template (104 tokens in all for a toy problem with SmolLM2).
+# user message's labels and the chat template (115 tokens with SmolLM2's chat template).
 REWRITE_PROMPT_OVERHEAD_TOKENS = 128
 
 
-def rewrite_user_message(question: str, positive: str) -> str:
-    return f"Problem:\n{question}\n\nCorrect response:\n{positive}\n\nIncorrect response:"
+def rewrite_user_message(prompt: str, positive: str) -> str:
+    """The request: the policy's full user prompt (the question and its answer-format
+    instruction) and the positive."""
+    return (f"Math problem:\n{prompt}\n\nCorrect response:\n{positive}\n\nGive only the "
+            "solution process and the final answer, in the format the problem asks for, and "
+            "nothing else.")
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -68,6 +81,7 @@ class PairRequest:
     """One prompt that has a positive: what a strategy may build its negative from."""
     question: str
     reference: str
+    prompt: str                  # the policy's user prompt (the question in its template)
     positive: str
     answer: str | None           # the positive's extracted final answer
     group: Sequence[str]         # every rollout of the prompt, in order
@@ -84,9 +98,9 @@ CandidateFn = Callable[..., list]
 class NegativeStrategy:
     """A `cooper.negative` option.
 
-    `verified`: candidates pass the shared keep-if-wrong check (a final answer that the rule
-    verifier does NOT find equivalent to the positive's), so the positive needs an extracted
-    answer. `retries`: failed prompts are asked again, up to `cooper.rewrite_tries` times.
+    `verified`: candidates pass the shared keep check (`cooper.negative_check`, KEEP_RULES).
+    `needs_answer`: the strategy builds on the positive's extracted answer (perturb).
+    `retries`: failed prompts are asked again, up to `cooper.rewrite_tries` times.
     `needs_assistant`: the run must configure an assistant model (`make_rewriter`).
     """
     name: str
@@ -94,17 +108,20 @@ class NegativeStrategy:
     verified: bool = True
     retries: bool = False
     needs_assistant: bool = False
+    needs_answer: bool = False
 
 
 NEGATIVE_STRATEGIES: Registry[NegativeStrategy] = Registry("cooper.negative")
 
 
 def register_negative(name: str, *, verified: bool = True, retries: bool = False,
-                      needs_assistant: bool = False) -> Callable[[CandidateFn], CandidateFn]:
+                      needs_assistant: bool = False, needs_answer: bool = False
+                      ) -> Callable[[CandidateFn], CandidateFn]:
     """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name`."""
     def register(fn: CandidateFn) -> CandidateFn:
         NEGATIVE_STRATEGIES.register(name, NegativeStrategy(name, fn, verified, retries,
-                                                            needs_assistant), doc=first_doc_line(fn))
+                                                            needs_assistant, needs_answer),
+                                     doc=first_doc_line(fn))
         return fn
     return register
 
@@ -113,11 +130,24 @@ def negative_strategy(name: str) -> NegativeStrategy:
     return NEGATIVE_STRATEGIES.lookup(name)
 
 
+def validate_config(c, trains_rm: bool) -> None:
+    """Raise ValueError naming `cooper.negative` when it is unknown, or when the run trains the RM
+    (`trains_rm`) with a strategy whose assistant is not configured."""
+    NEGATIVE_STRATEGIES.check(c.cooper.negative)
+    KEEP_RULES.check(c.cooper.negative_check)
+    if (trains_rm and NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
+            and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
+        others = NEGATIVE_STRATEGIES.where(lambda s: not s.needs_assistant)
+        raise ValueError(f"config.cooper.negative={c.cooper.negative!r} needs "
+                         f"cooper.assistant_hf_path or cooper.assistant_url (or choose one of "
+                         f"{list(others)})")
+
+
 @register_negative("rewrite", retries=True, needs_assistant=True)
 def _rewrite_candidates(requests, *, rng, rewriter):
     """An assistant model rewrites the positive into a plausible wrong solution."""
     del rng
-    items = [(r.question, r.positive) for r in requests]
+    items = [(r.prompt, r.positive) for r in requests]
     if getattr(rewriter, "slotted", False):  # each prompt's rewrite sampled at its own row
         return rewriter(items, slots=[r.slot for r in requests])
     return rewriter(items)
@@ -130,7 +160,7 @@ def _rollout_candidates(requests, *, rng, rewriter):
     return [next((t for t, lab in zip(r.group, r.labels) if lab <= 0.5), None) for r in requests]
 
 
-@register_negative("perturb")
+@register_negative("perturb", needs_answer=True)
 def _perturb_candidates(requests, *, rng, rewriter):
     """The positive with its final answer replaced by a different value (an ablation: an RM can
     learn "final answer != last computed value" without reading the reference)."""
@@ -149,8 +179,8 @@ def _consistent_wrong_candidates(requests, *, rng, rewriter):
 
 def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
                   ) -> list[bool]:
-    """The rewrite negatives' keep-if-wrong check: keep a candidate only if it has a final answer
-    not equivalent to the positive's (no timeout, no verifier error)."""
+    """The "extracted" check: keep a candidate only if it has a final answer (under the
+    verifier's extraction mode) not equivalent to the positive's (no timeout, no error)."""
     idx = [i for i, c in enumerate(candidates) if c]
     keep = [False] * len(candidates)
     if not idx:
@@ -163,21 +193,71 @@ def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str
     return keep
 
 
+def keep_if_not_equivalent(full_text_verifier, positives: Sequence[str],
+                           candidates: Sequence[str | None]) -> list[bool]:
+    """The "reference" check (the released code's `not verify(parse(neg), parse(pos))`): keep a
+    candidate unless the lenient verifier finds the answers of the two full texts equivalent; a
+    candidate (or positive) without a parseable answer counts as not equivalent."""
+    idx = [i for i, c in enumerate(candidates) if c]
+    keep = [False] * len(candidates)
+    answers = full_text_verifier.extract_batch([positives[i] for i in idx]) if idx else []
+    check = [(i, a) for i, a in zip(idx, answers) if a is not None]
+    for i in idx:
+        keep[i] = True
+    if check:
+        results = full_text_verifier.verify_batch_detailed([a for _, a in check],
+                                                           [candidates[i] for i, _ in check])
+        for (i, _), r in zip(check, results):
+            keep[i] = not r.correct
+    return keep
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepRule:
+    """A `cooper.negative_check` option: fn(verifiers, requests, candidates) -> keep flags."""
+    keep: Callable[..., list[bool]]
+    needs_answer: bool  # the positive needs an extracted answer (else: no negative)
+
+
+KEEP_RULES: Registry[KeepRule] = Registry("cooper.negative_check")
+KEEP_RULES.register("reference", KeepRule(
+    lambda v, requests, cands: keep_if_not_equivalent(v.full_text, [r.positive for r in requests],
+                                                      cands), needs_answer=False),
+    doc="lenient verifier on the full texts; no parseable answer counts as wrong (the reference)")
+KEEP_RULES.register("extracted", KeepRule(
+    lambda v, requests, cands: keep_if_wrong(v.rule, [r.answer for r in requests], cands),
+    needs_answer=True),
+    doc="an extracted final answer (the run's extraction mode) not equivalent to the positive's")
+
+
+@dataclasses.dataclass(frozen=True)
+class PairVerifiers:
+    """The verifiers of the keep checks: the run's rule verifier and a lenient one."""
+    rule: object
+    full_text: object
+
+
 def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], labels: np.ndarray,
                 extracted: Sequence[str | None], group_size: int, *, verifier,
                 rewriter: Callable | None = None, rng: np.random.Generator | None = None,
-                tries: int = 3, seed: Sequence[int] | None = None, first_prompt: int = 0
-                ) -> tuple[list[tuple[str, str] | None], dict]:
+                tries: int = 3, seed: Sequence[int] | None = None, first_prompt: int = 0,
+                prompts: Sequence[str] | None = None, keep_rule: str = "reference",
+                full_text_verifier=None) -> tuple[list[tuple[str, str] | None], dict]:
     """At most one (positive text, negative text) per prompt; None where the pair is masked.
 
     Positive = the first rule-correct rollout of the group; the negative comes from the
-    strategy's candidate function, then (for verified strategies) the keep-if-wrong loop.
+    strategy's candidate function, then (for verified strategies) the `keep_rule` check
+    (KEEP_RULES; "reference" uses `full_text_verifier`, a lenient one, default `verifier`).
+    `prompts`: the policy's user prompt of each record (default: its question), which the
+    rewrite assistant is sent.
     Random strategies draw from `rng`, shared by the prompts in order; with `seed`, prompt p
     draws from its own `default_rng([*seed, first_prompt + p])` instead, so a prompt's negative
     does not depend on which other prompts this process holds (`first_prompt`: the global index
     of `records[0]` in a multi-host batch).
     """
-    spec = negative_strategy(strategy)
+    spec, rule = negative_strategy(strategy), KEEP_RULES.lookup(keep_rule)
+    verifiers = PairVerifiers(verifier, full_text_verifier or verifier)
+    prompts = prompts or [r["question"] for r in records]
     rng = rng or np.random.default_rng(0)
     n = len(records)
     pos_idx = []
@@ -192,13 +272,13 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
         if pos_idx[p] is None:
             continue
         answer = extracted[pos_idx[p]]
-        if spec.verified and not answer:
+        if spec.verified and (spec.needs_answer or rule.needs_answer) and not answer:
             # the verifier accepted it, but there is no answer string to anchor a negative on
             stats["pairs/no_negative"] += 1
             continue
         rows = slice(p * group_size, (p + 1) * group_size)
         own = None if seed is None else np.random.default_rng([*seed, first_prompt + p])
-        requests[p] = PairRequest(records[p]["question"], records[p]["reference"],
+        requests[p] = PairRequest(records[p]["question"], records[p]["reference"], prompts[p],
                                   texts[pos_idx[p]], answer, texts[rows], labels[rows], own, p)
     # a collective rewriter (a mesh-sharded assistant on several processes) must be called the
     # same number of times on every process: a process whose requests are all done keeps asking
@@ -209,7 +289,7 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
             break
         order = list(requests)
         cands = spec.candidates([requests[p] for p in order], rng=rng, rewriter=rewriter)
-        keep = (keep_if_wrong(verifier, [requests[p].answer for p in order], cands)
+        keep = (rule.keep(verifiers, [requests[p] for p in order], cands)
                 if spec.verified else [c is not None for c in cands])
         for p, c, k in zip(order, cands, keep):
             if k:
@@ -220,9 +300,9 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
 
 
 def tokenize_pairs(tokenizer, records: Sequence[dict], pairs: Sequence[tuple[str, str] | None],
-                   fmt: RMInputFormat) -> dict[str, np.ndarray]:
+                   fmt: RMInputFormat) -> PairBatch:
     """RM inputs (in `fmt`) of each prompt's (positive, negative) pair; masked pairs get
-    pair_valid = 0."""
+    valid = 0."""
     pos, neg = [], []
     for r, pair in zip(records, pairs):
         p, q = pair if pair is not None else ("", "")
@@ -230,15 +310,14 @@ def tokenize_pairs(tokenizer, records: Sequence[dict], pairs: Sequence[tuple[str
         neg.append((r["question"], r["reference"], q))
     pos_ids, pos_mask = fmt.tokenize(tokenizer, pos)
     neg_ids, neg_mask = fmt.tokenize(tokenizer, neg)
-    return {"pair_pos_tokens": pos_ids, "pair_pos_mask": pos_mask, "pair_neg_tokens": neg_ids,
-            "pair_neg_mask": neg_mask,
-            "pair_valid": np.array([pair is not None for pair in pairs], np.float32)}
+    return PairBatch(pos_ids, pos_mask, neg_ids, neg_mask,
+                     np.array([pair is not None for pair in pairs], np.float32))
 
 
 # ---------------------------------------------------------------------- assistants for "rewrite"
-def rewrite_messages(question: str, positive: str) -> list[dict]:
+def rewrite_messages(prompt: str, positive: str) -> list[dict]:
     return [{"role": "system", "content": REWRITE_SYSTEM_PROMPT},
-            {"role": "user", "content": rewrite_user_message(question, positive)}]
+            {"role": "user", "content": rewrite_user_message(prompt, positive)}]
 
 
 def http_rewriter(url: str, model: str, temperature: float = 0.7, timeout_s: float = 120.0):
@@ -282,7 +361,7 @@ def local_assistant_settings(config) -> dict:
                                 + REWRITE_PROMPT_OVERHEAD_TOKENS),
                 max_new_tokens=config.rollout.max_new_tokens + 500,
                 dtype=config.model.dtype,
-                scan_layers=bool(config.model.get("scan_layers", False)),
+                scan_layers=config.model.scan_layers,
                 batch_size=config.rollout.prompts_per_step)
 
 

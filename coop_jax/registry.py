@@ -17,6 +17,7 @@ This module imports nothing from coop_jax: every layer may use it.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
@@ -31,6 +32,43 @@ def first_doc_line(entry: Any) -> str:
     return doc.strip().splitlines()[0] if doc else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """A parameter an entry declares it needs: the config field it is read from (dotted, e.g.
+    "reward.hybrid_rm_weight"), optionally converted (e.g. a choice string to a flag)."""
+    field: str
+    convert: Callable[[Any], Any] | None = None
+
+    def read(self, config) -> Any:
+        value = config
+        for part in self.field.split("."):
+            value = value[part]
+        return self.convert(value) if self.convert is not None else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Options(Mapping[str, Any]):
+    """An entry's parameter values: a hashable, read-only mapping (a static part of a compiled
+    step's configuration)."""
+    items_: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, **values) -> "Options":
+        return cls(tuple(sorted(values.items())))
+
+    def __getitem__(self, name: str) -> Any:
+        for key, value in self.items_:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self.items_)
+
+    def __len__(self) -> int:
+        return len(self.items_)
+
+
 class Registry(Mapping[str, T], Generic[T]):
     """Named entries chosen by the config field `field` (e.g. "rl.advantage")."""
 
@@ -38,16 +76,19 @@ class Registry(Mapping[str, T], Generic[T]):
         self.field = field
         self._entries: dict[str, T] = {}
         self._docs: dict[str, str] = {}
+        self._params: dict[str, dict[str, Param]] = {}
         for name, entry in (entries or {}).items():
             self.register(name, entry)
 
     # -- filling
-    def register(self, name: str, entry: Any = _MISSING, *, doc: str | None = None):
+    def register(self, name: str, entry: Any = _MISSING, *, doc: str | None = None,
+                 params: Mapping[str, Param] | None = None):
         """Register `entry` as `name`; without `entry`, a decorator that registers the function
-        (or class) it decorates and returns it unchanged. Names are registered once."""
+        (or class) it decorates and returns it unchanged. Names are registered once. `params`:
+        the parameters the entry needs, each read from its config field (`options`)."""
         if entry is _MISSING:
             def decorate(fn):
-                self.register(name, fn, doc=doc)
+                self.register(name, fn, doc=doc, params=params)
                 return fn
             return decorate
         if not isinstance(name, str) or not name:
@@ -57,12 +98,13 @@ class Registry(Mapping[str, T], Generic[T]):
             raise ValueError(f"{self.field}: {name!r} is already registered")
         self._entries[name] = entry
         self._docs[name] = doc if doc is not None else first_doc_line(entry)
+        self._params[name] = dict(params or {})
         return entry
 
     def unregister(self, name: str) -> None:
         """Remove `name` (for tests that register a temporary entry)."""
-        self._entries.pop(name)
-        self._docs.pop(name)
+        for table in (self._entries, self._docs, self._params):
+            table.pop(name)
 
     # -- reading
     def lookup(self, name: str, field: str | None = None) -> T:
@@ -76,6 +118,15 @@ class Registry(Mapping[str, T], Generic[T]):
         if not isinstance(name, str) or name not in self._entries:
             raise ValueError(f"config.{field or self.field} must be one of {sorted(self)}, "
                              f"got {name!r}")
+
+    def params(self, name: str) -> dict[str, Param]:
+        """The parameters `name` declared (parameter -> its config field)."""
+        self.lookup(name)
+        return dict(self._params[name])
+
+    def options(self, name: str, config) -> Options:
+        """The values of `name`'s declared parameters in `config`."""
+        return Options.of(**{key: p.read(config) for key, p in self.params(name).items()})
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)

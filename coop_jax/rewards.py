@@ -3,7 +3,8 @@
 Each entry (a `RewardSource`) says what the reward needs (a reward model, whether it trains it, an
 EMA teacher, how many prompt views are trained on), its host function (rollouts, rule labels and
 extracted answers -> per-row rewards and metrics), the device reward source the compiled step uses
-(`train_step.DEVICE_REWARDS`: batch rewards, sigmoid(RM) or the rule/RM hybrid), and an optional
+(`train_step.DEVICE_REWARDS`: batch rewards, sigmoid(RM) or the rule/RM hybrid, each declaring
+the options it reads), and an optional
 per-step hook the loop calls before sampling (Co-rewarding-II's EMA teacher). Adding a reward type
 is one `@register_reward(...)` function here plus its test. See docs/ALGORITHMS.md.
 
@@ -20,12 +21,12 @@ from typing import Any, Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from coop_jax.registry import Registry, first_doc_line
+from coop_jax import config as config_lib
+from coop_jax.registry import Options, Param, Registry, first_doc_line
+from coop_jax.train_step import DEVICE_REWARDS, RMUpdate
 from coop_jax.verify import EXTRACTION_MODES, answers_equivalent
 
 # `verifier.extraction` = AUTO: the reward source's own default for the dataset (below).
-AUTO_EXTRACTION = "auto"
-EXTRACTION_CHOICES = (AUTO_EXTRACTION,) + tuple(EXTRACTION_MODES)
 # The references' answer matching: Cooper's GSM8K rule reward is a strict `#### <number>` match
 # (verl's gsm8k scorer, method="strict"); Co-rewarding votes on the last \boxed{} content only, a
 # rollout without one gets 0. The synthetic task answers with "####" and keeps the lenient rules,
@@ -44,6 +45,7 @@ class RewardInputs:
     teacher: Sequence[str] | None         # the EMA teacher's rollouts (needs_teacher)
     group_size: int
     verifier: Any
+    options: Options = Options()         # the reward type's declared parameters
 
 
 # host(inputs) -> (one float32 reward array per view, metrics)
@@ -56,8 +58,10 @@ StepHook = Callable[[Any, int, Any], tuple[Any, dict]]
 class RewardSource:
     name: str
     host: HostFn
-    device: str = "batch"           # key of train_step.DEVICE_REWARDS
-    trains_rm: bool = False         # the RM is co-trained on (positive, negative) pairs (Cooper)
+    device: str = "batch"           # a train_step.DEVICE_REWARDS name
+    # the RM is co-trained on (positive, negative) pairs (Cooper): the step's RM update options
+    # (train_step.RMUpdate fields), each read from its config field
+    rm_update: Mapping[str, Param] | None = None
     needs_teacher: bool = False     # an EMA teacher of the policy, also the KL reference
     num_views: int = 1              # views of each prompt trained on (Co-rewarding-I: 2)
     uses_rule_labels: bool = True   # False: rule labels only feed diagnostics (verified async)
@@ -70,17 +74,31 @@ class RewardSource:
         return self.extraction.get(dataset, self.extraction["*"])
 
     @property
+    def trains_rm(self) -> bool:
+        return self.rm_update is not None
+
+    @property
     def needs_rm(self) -> bool:
-        return self.device != "batch" or self.trains_rm
+        return DEVICE_REWARDS[self.device].needs_rm or self.trains_rm
+
+    def rm_update_options(self, config) -> RMUpdate | None:
+        """The step's RM update of this reward type (None: the RM is not trained)."""
+        if self.rm_update is None:
+            return None
+        return RMUpdate(**{name: p.read(config) for name, p in self.rm_update.items()})
 
 
 REWARD_SOURCES: Registry[RewardSource] = Registry("reward.type")
 
 
-def register_reward(name: str, **spec) -> Callable[[HostFn], HostFn]:
-    """Decorator: register `host(inputs) -> (rewards per view, metrics)` as reward.type `name`."""
+def register_reward(name: str, *, params: Mapping[str, Param] | None = None,
+                    **spec) -> Callable[[HostFn], HostFn]:
+    """Decorator: register `host(inputs) -> (rewards per view, metrics)` as reward.type `name`;
+    `params`: the options its host function reads (`RewardInputs.options`), each from its
+    config field."""
     def register(fn: HostFn) -> HostFn:
-        REWARD_SOURCES.register(name, RewardSource(name, fn, **spec), doc=first_doc_line(fn))
+        REWARD_SOURCES.register(name, RewardSource(name, fn, **spec), doc=first_doc_line(fn),
+                                params=params)
         return fn
     return register
 
@@ -89,43 +107,97 @@ def reward_source(name: str) -> RewardSource:
     return REWARD_SOURCES.lookup(name)
 
 
+def rm_reward_types() -> tuple[str, ...]:
+    """The reward types that load a reward model."""
+    return REWARD_SOURCES.where(lambda source: source.needs_rm)
+
+
+def validate_config(c) -> None:
+    """Raise ValueError naming the first field that the run's reward type cannot work with."""
+    REWARD_SOURCES.check(c.reward.type)
+    ANSWER_MATCHES.check(c.reward.vote_match)
+    source = REWARD_SOURCES[c.reward.type]
+    if source.needs_rm:
+        config_lib.validate_model_section(c.reward_model, "reward_model")
+    rows = c.rollout.prompts_per_step * c.rollout.group_size
+    if (rows // c.rl.num_minibatches) % (c.rl.micro_batches * source.num_views):
+        raise ValueError(f"config.rl.micro_batches ({c.rl.micro_batches}) x views "
+                         f"({source.num_views}) must divide the {rows // c.rl.num_minibatches} "
+                         "rows of each PPO mini-batch (prompts_per_step * group_size / "
+                         "rl.num_minibatches)")
+    if source.num_views > 1 and c.rl.num_minibatches != 1:
+        raise ValueError(f"config.rl.num_minibatches must be 1 for reward.type={c.reward.type!r} "
+                         "(the views' losses are summed over the whole batch)")
+    if c.rl.dynamic_sampling and source.num_views > 1:
+        raise ValueError(f"config.rl.dynamic_sampling is not supported with reward.type="
+                         f"{c.reward.type!r}: its {source.num_views} views of each prompt are "
+                         "trained together, so groups cannot be dropped one view at a time; set "
+                         "rl.dynamic_sampling=False")
+    if c.rl.dynamic_sampling and source.device != "batch":
+        raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
+                         f"{c.reward.type!r} computes them on device")
+    if c.rollout.overlap and (source.needs_teacher or source.before_step is not None):
+        raise ValueError(f"config.rollout.overlap is not supported with reward.type="
+                         f"{c.reward.type!r}: its per-step hook (the EMA teacher) changes the "
+                         "state the next batch would be sampled from; set rollout.overlap=False")
+
+
 def extraction_mode(config) -> str:
     """The rule verifier's extraction mode of a run: `verifier.extraction`, or with "auto" the
     reward source's default for `data.dataset`."""
     mode = config.verifier.extraction
-    if mode == AUTO_EXTRACTION:
+    if mode == config_lib.AUTO_EXTRACTION:
         return reward_source(config.reward.type).extraction_for(config.data.dataset)
     return mode
 
 
-def normalize_answer(answer: str | None) -> str | None:
-    """Exact-string comparison as in Co-rewarding, after removing all whitespace."""
+def _exact(answer: str) -> str:
+    return answer.strip()
+
+
+def _no_whitespace(answer: str) -> str:
+    return "".join(answer.split())
+
+
+# `reward.vote_match`: how the voting rewards compare extracted answers. The references compare
+# them as exact strings; "no_whitespace" also lets `\frac {1}{2}` and `\frac{1}{2}` vote together.
+ANSWER_MATCHES: Registry[Callable[[str], str]] = Registry("reward.vote_match")
+ANSWER_MATCHES.register("exact", _exact, doc="exact strings (the references), ends stripped")
+ANSWER_MATCHES.register("no_whitespace", _no_whitespace, doc="exact strings after removing all "
+                        "whitespace")
+
+
+def normalize_answer(answer: str | None, match: str = "exact") -> str | None:
+    """The answer as `match` compares it; None for no (or an empty) answer."""
     if answer is None:
         return None
-    answer = "".join(answer.split())
-    return answer or None
+    return ANSWER_MATCHES.lookup(match)(answer) or None
 
 
-def majority_answer(answers: Sequence[str | None]) -> str | None:
+def majority_answer(answers: Sequence[str | None], match: str = "exact") -> str | None:
     """Most common non-empty answer (ties: the one seen first); None if all are empty."""
-    counts = collections.Counter(a for a in map(normalize_answer, answers) if a is not None)
+    keys = [normalize_answer(a, match) for a in answers]
+    counts = collections.Counter(a for a in keys if a is not None)
     if not counts:
         return None
     best = max(counts.values())
-    return next(a for a in map(normalize_answer, answers) if a is not None and counts[a] == best)
+    return next(a for a in keys if a is not None and counts[a] == best)
 
 
-def match_rewards(answers: Sequence[str | None], labels: Sequence[str | None]) -> np.ndarray:
-    """1.0 where the answer equals its label as an exact string (no label -> 0)."""
-    return np.array([float(lab is not None and normalize_answer(a) == lab)
+def match_rewards(answers: Sequence[str | None], labels: Sequence[str | None],
+                  match: str = "exact") -> np.ndarray:
+    """1.0 where the answer equals its label under `match` (no label -> 0)."""
+    return np.array([float(lab is not None and normalize_answer(a, match) == lab)
                      for a, lab in zip(answers, labels)], np.float32)
 
 
-def group_majority_labels(answers: Sequence[str | None], group_size: int) -> list[str | None]:
+def group_majority_labels(answers: Sequence[str | None], group_size: int,
+                          match: str = "exact") -> list[str | None]:
     """The majority answer of each group of `group_size` consecutive rows."""
     if len(answers) % group_size:
         raise ValueError(f"{len(answers)} answers do not split into groups of {group_size}")
-    return [majority_answer(answers[i:i + group_size]) for i in range(0, len(answers), group_size)]
+    return [majority_answer(answers[i:i + group_size], match)
+            for i in range(0, len(answers), group_size)]
 
 
 def rule_labels(verifier, references: Sequence[str], texts: Sequence[str]
@@ -138,14 +210,15 @@ def rule_labels(verifier, references: Sequence[str], texts: Sequence[str]
 
 def pseudo_label_accuracy(records: Sequence[dict], pseudo: Sequence[str | None]) -> float:
     """Fraction of prompts whose majority-vote label is equivalent to the reference."""
-    truth = [normalize_answer(r["reference"]) for r in records]
+    truth = [normalize_answer(r["reference"], "no_whitespace") for r in records]
     return float(np.mean([p is not None and answers_equivalent(t, p)
                           for p, t in zip(pseudo, truth)]))
 
 
-def _vote(answers, labels_from, group_size) -> tuple[np.ndarray, list[str | None]]:
-    pseudo = group_majority_labels(labels_from, group_size)
-    return match_rewards(answers, np.repeat(pseudo, group_size).tolist()), pseudo
+def _vote(x: RewardInputs, answers, labels_from) -> tuple[np.ndarray, list[str | None]]:
+    match = x.options["match"]
+    pseudo = group_majority_labels(labels_from, x.group_size, match)
+    return match_rewards(answers, np.repeat(pseudo, x.group_size).tolist(), match), pseudo
 
 
 # ---------------------------------------------------------------------- the reward types
@@ -160,24 +233,32 @@ def _static_rm(x: RewardInputs):
     return [np.zeros(len(x.views[0]), np.float32)], {}
 
 
-@register_reward("cooper", device="rm", trains_rm=True)
+# Cooper's RM update: cooper.no_pair_step="skip" leaves the RM unchanged on a step without a pair
+COOPER_RM_UPDATE = {"skip_no_pair": Param("cooper.no_pair_step", lambda v: v == "skip"),
+                    "micro_batches": Param("cooper.micro_batches")}
+
+
+@register_reward("cooper", device="rm", rm_update=COOPER_RM_UPDATE)
 def _cooper(x: RewardInputs):
     return [x.labels], {}
 
 
-@register_reward("majority_vote", extraction=VOTE_EXTRACTION)
+VOTE = dict(extraction=VOTE_EXTRACTION, params={"match": Param("reward.vote_match")})
+
+
+@register_reward("majority_vote", **VOTE)
 def _majority_vote(x: RewardInputs):
     """TTRL: the majority answer of the group is every rollout's label."""
-    rewards, pseudo = _vote(x.extracted, x.extracted, x.group_size)
+    rewards, pseudo = _vote(x, x.extracted, x.extracted)
     return [rewards], {"pseudo_label_accuracy": pseudo_label_accuracy(x.records, pseudo)}
 
 
-@register_reward("corewarding_1", num_views=2, extraction=VOTE_EXTRACTION)
+@register_reward("corewarding_1", num_views=2, **VOTE)
 def _corewarding_1(x: RewardInputs):
     """Co-rewarding-I: each view is labelled by the other view's majority answer."""
     extracted2 = x.verifier.extract_batch(x.views[1])
-    rewards, pseudo = _vote(x.extracted, extracted2, x.group_size)    # label for x from x'
-    rewards2, _ = _vote(extracted2, x.extracted, x.group_size)        # label for x' from x
+    rewards, pseudo = _vote(x, x.extracted, extracted2)    # label for x from x'
+    rewards2, _ = _vote(x, extracted2, x.extracted)        # label for x' from x
     return [rewards, rewards2], {"pseudo_label_accuracy": pseudo_label_accuracy(x.records,
                                                                                 pseudo)}
 
@@ -201,11 +282,10 @@ def ema_teacher_update(state, step: int, config) -> tuple[Any, dict]:
     return state.replace(ref_params=teacher), {"teacher_decay": a}
 
 
-@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update,
-                 extraction=VOTE_EXTRACTION)
+@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update, **VOTE)
 def _corewarding_2(x: RewardInputs):
     """Co-rewarding-II: labels are the majority answers of the EMA teacher's rollouts."""
-    rewards, pseudo = _vote(x.extracted, x.verifier.extract_batch(x.teacher), x.group_size)
+    rewards, pseudo = _vote(x, x.extracted, x.verifier.extract_batch(x.teacher))
     return [rewards], {"pseudo_label_accuracy": pseudo_label_accuracy(x.records, pseudo)}
 
 

@@ -27,11 +27,15 @@ def truncate_middle(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:HEAD_CHARS] + text[-TAIL_CHARS:]
 
 
-def format_rm_input(question: str, reference: str, completion: str) -> str:
-    """No chat template and no special tokens: the three tagged fields, in this order."""
+def format_rm_input(question: str, reference: str, completion: str, char_cut: bool = True
+                    ) -> str:
+    """No chat template and no special tokens: the three tagged fields, in this order; the
+    reference and the completion `truncate_middle`d (the RL-time input) unless not `char_cut`
+    (whole texts, as the VerifyRM reference trains)."""
+    cut = truncate_middle if char_cut else (lambda text: text)
     return (f"<question>{question}</question>\n"
-            f"<reference_answer>{truncate_middle(reference)}</reference_answer>\n"
-            f"<completion>{truncate_middle(completion)}</completion>")
+            f"<reference_answer>{cut(reference)}</reference_answer>\n"
+            f"<completion>{cut(completion)}</completion>")
 
 
 # reward_model.question_format: the RM's <question> text from (raw question, prompt template)
@@ -84,11 +88,13 @@ def tokenize_rm_inputs(tokenizer, texts: list[str], max_len: int, truncation_sid
 class RMInputFormat:
     """How (question, reference, completion) becomes the RM's tokens: `max_len` tokens, the
     `<question>` by `question_format` with prompt `template`, over-long inputs cut on
-    `truncation_side`."""
+    `truncation_side`; `char_cut=False` keeps whole references and completions (coop-train-rm's
+    `rm_train.char_cut`; every RL-time input has the cut)."""
     max_len: int
     template: str
     question_format: str = "prompt"
     truncation_side: str = "left"
+    char_cut: bool = True
 
     def __post_init__(self):
         _one_of(self.question_format, QUESTION_FORMATS, "question_format")
@@ -101,7 +107,7 @@ class RMInputFormat:
 
     def text(self, question: str, reference: str, completion: str) -> str:
         return format_rm_input(rm_question(question, self.template, self.question_format),
-                               reference, completion)
+                               reference, completion, self.char_cut)
 
     def texts(self, triples: Sequence[dict]) -> list[str]:
         return [self.text(t["question"], t["reference"], t["completion"]) for t in triples]

@@ -14,7 +14,7 @@ from coop_jax.sampling import tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.models.tokenizer import end_token_id
 from coop_jax.parallel import host
-from coop_jax.train_step import ModelState, gradient_step, make_optimizer
+from coop_jax.optim import ModelState, gradient_step, make_optimizer
 
 log = logging.getLogger("coop_jax")
 

@@ -2,18 +2,21 @@
 
     rewards     <- batch rewards (rule / majority vote / ...) or sigmoid(RM) with the PRE-update RM
     old, ref    <- log-probs of the rollouts under the policy before the update (or, when the batch
-                   carries `behaviour_logprobs`, the sampler's, with no forward pass when it
-                   also carries `behaviour_entropy`) and under the reference
+                   carries `behaviour` log-probs, the sampler's, with no forward pass when they
+                   come with their entropies) and under the reference
     advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt
     policy      <- PPO epochs x minibatches (lax.scan) of the clipped loss, AdamW
     RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
 
-A batch is a dict of arrays whose rows are prompt-major: row r is rollout r % G of prompt r // G.
+The batch is a `train_batch.TrainBatch` (rows prompt-major: row r is rollout r % G of prompt
+r // G); the step returns the new state and `train_batch.StepOutputs`. Each device reward and
+advantage estimator declares the parameters it reads (`Registry` params); `StepConfig` carries
+their values (`reward_options`, `advantage_options`), so a new one is one registration.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import flax.struct
 import jax
@@ -21,15 +24,13 @@ import jax.numpy as jnp
 import optax
 
 from coop_jax import models, rl
-from coop_jax.registry import Registry
 from coop_jax.models.logprobs import response_logprobs
+from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
+                            split_micro_batches)
+from coop_jax.registry import Options, Param, Registry
+from coop_jax.train_batch import PairBatch, StepOutputs, TrainBatch
 
 Array = jax.Array
-
-
-class ModelState(flax.struct.PyTreeNode):
-    params: Any
-    opt_state: Any
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -40,124 +41,66 @@ class TrainState(flax.struct.PyTreeNode):
 
 
 @dataclasses.dataclass(frozen=True)
+class RMUpdate:
+    """Cooper's RM update inside the step."""
+    # a step without a valid pair: False = AdamW on zero gradients (the reference: moments decay,
+    # weight decay applies), True = no RM step at all
+    skip_no_pair: bool = False
+    micro_batches: int = 1  # the pairs' gradient accumulated over this many micro-batches
+
+
+@dataclasses.dataclass(frozen=True)
 class StepConfig:
     policy: models.ModelConfig
     loss: rl.LossConfig
     group_size: int
     advantage: str = "grpo"
+    advantage_options: Options = Options()  # the estimator's declared parameters
     temperature: float = 1.0
     ppo_epochs: int = 1
     num_minibatches: int = 1
-    kl_in_reward: bool = False
-    reward_source: str = "batch"  # "batch" | "rm" | "hybrid"
-    rm: models.ModelConfig | None = None
-    rm_threshold: bool = False  # reward = 1[sigmoid(score) > 0.5] instead of sigmoid(score)
-    hybrid_rm_weight: float = 0.5
-    train_rm: bool = False
-    # a step without a valid pair: False = AdamW on zero gradients (the reference: moments decay,
-    # weight decay applies), True = no RM step at all
-    rm_skip_no_pair: bool = False
-    kernel_impl: str = "auto"
-    valid_vocab: int | None = None
-    num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
-    kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
     # each mini-batch's gradient accumulated over this many micro-batches (lax.scan): the same
     # update, one micro-batch's activations live at a time
     micro_batches: int = 1
-    rm_micro_batches: int = 1  # the same for the Cooper RM's Bradley-Terry pairs
+    kl_in_reward: bool = False
+    kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
+    device_reward: str = "batch"  # a DEVICE_REWARDS name: how the step computes rewards
+    reward_options: Options = Options()  # its declared parameters
+    rm: models.ModelConfig | None = None
+    rm_update: RMUpdate | None = None  # None: the RM is not trained in the step
+    kernel_impl: str = "auto"
+    valid_vocab: int | None = None
+    num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
 
     def __post_init__(self):
-        if self.reward_source not in DEVICE_REWARDS:
-            raise ValueError(f"StepConfig.reward_source must be one of {sorted(DEVICE_REWARDS)}, "
-                             f"got {self.reward_source!r}")
-        if (self.reward_source != "batch" or self.train_rm) and self.rm is None:
+        reward = DEVICE_REWARDS.lookup(self.device_reward, "StepConfig.device_reward")
+        if (reward.needs_rm or self.rm_update is not None) and self.rm is None:
             raise ValueError("an RM reward or RM training needs StepConfig.rm")
+        for name, options, registry in (("device_reward", self.reward_options, DEVICE_REWARDS),
+                                        ("advantage", self.advantage_options, rl.ADVANTAGES)):
+            missing = set(registry.params(getattr(self, name))) - set(options)
+            if missing:
+                raise ValueError(f"StepConfig.{name}={getattr(self, name)!r} needs the options "
+                                 f"{sorted(missing)}")
 
 
-def _constant_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
-    del total_steps
-    return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
-                                 optax.constant_schedule(learning_rate)], [warmup_steps])
-
-
-def _cosine_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
-    return optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 0),
-                                              max(total_steps, warmup_steps + 1))
-
-
-def _linear_schedule(learning_rate: float, warmup_steps: int, total_steps: int):
-    """Linear decay from the peak to 0 at `total_steps` (the VerifyRM reference's schedule)."""
-    decay = max(total_steps - warmup_steps, 1)
-    return optax.join_schedules([optax.linear_schedule(0.0, learning_rate, warmup_steps),
-                                 optax.linear_schedule(learning_rate, 0.0, decay)],
-                                [warmup_steps])
-
-
-# learning-rate schedules after a linear warm-up: (peak, warmup_steps, total_steps) -> schedule
-SCHEDULES = Registry("optim.schedule", {"constant": _constant_schedule,
-                                        "cosine": _cosine_schedule, "linear": _linear_schedule})
-
-
-def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
-                   schedule: str = "constant", weight_decay: float = 0.0, b1: float = 0.9,
-                   b2: float = 0.999, eps: float = 1e-8,
-                   grad_clip: float = 0.0) -> optax.GradientTransformation:
-    """AdamW with linear warm-up then constant or cosine decay, after global-norm clipping."""
-    lr = SCHEDULES.lookup(schedule, "schedule")(learning_rate, warmup_steps, total_steps)
-    parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
-
-
-def apply_gradients(model: ModelState, tx, grads) -> ModelState:
-    updates, opt_state = tx.update(grads, model.opt_state, model.params)
-    return ModelState(optax.apply_updates(model.params, updates), opt_state)
-
-
-def gradient_step(loss_fn, model: ModelState, tx, *args) -> tuple[ModelState, Any, Any]:
-    """One optimizer step on `loss_fn(params, *args) -> (loss, aux)`: (new state, aux, grads)."""
-    (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(model.params, *args)
-    return apply_gradients(model, tx, grads), aux, grads
-
-
-def split_micro_batches(tree, micro_batches: int):
-    """Rows [R, ...] -> [micro_batches, R / micro_batches, ...]; micro-batch k takes rows k,
-    k + M, k + 2M, ...: each stays spread over the shards of a row-sharded batch."""
-    return jax.tree_util.tree_map(
-        lambda x: jnp.swapaxes(x.reshape((-1, micro_batches) + x.shape[1:]), 0, 1), tree)
-
-
-def accumulate_gradients(loss_fn, params, micro) -> tuple[tuple[Any, Any], Any]:
-    """((loss, aux), grads) of `loss_fn(params, micro_batch) -> (loss, aux)`, each summed over
-    the leading axis of `micro` by `lax.scan`: one micro-batch's activations live at a time."""
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    first = jax.tree_util.tree_map(lambda x: x[0], micro)
-    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
-                                   jax.eval_shape(grad_fn, params, first))
-
-    def body(total, micro_batch):
-        return jax.tree_util.tree_map(jnp.add, total, grad_fn(params, micro_batch)), None
-
-    return jax.lax.scan(body, zeros, micro)[0]
-
-
-def rm_rewards(rm_params, cfg: StepConfig, tokens: Array, mask: Array) -> tuple[Array, Array]:
-    """(reward in [0, 1], raw score) of each rollout under the given RM parameters."""
-    scores = models.reward_scores(rm_params, cfg.rm, tokens, mask)
+def rm_rewards(rm_params, rm_cfg: models.ModelConfig, tokens: Array, mask: Array,
+               threshold: bool = False) -> tuple[Array, Array]:
+    """(reward in [0, 1], raw score) of each rollout under the given RM parameters; `threshold`:
+    the reward is 1[sigmoid(score) > 0.5] instead of sigmoid(score)."""
+    scores = models.reward_scores(rm_params, rm_cfg, tokens, mask)
     prob = jax.nn.sigmoid(scores)
-    return (prob > 0.5).astype(jnp.float32) if cfg.rm_threshold else prob, scores
+    return (prob > 0.5).astype(jnp.float32) if threshold else prob, scores
 
 
-PAIR_KEYS = ("pair_pos_tokens", "pair_pos_mask", "pair_neg_tokens", "pair_neg_mask", "pair_valid")
-
-
-def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, batch: dict,
+def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
                        num_valid: Array | None = None) -> tuple[Array, dict]:
     """mean over valid pairs of -log sigmoid(r_pos - r_neg); 0 (and no gradient) without pairs.
-    `num_valid`: the mean's denominator when `batch` is a micro-batch of the step's pairs (the
+    `num_valid`: the mean's denominator when `pairs` is a micro-batch of the step's pairs (the
     step's valid-pair count); the losses of its micro-batches then add up to the step's."""
-    pos = models.reward_scores(rm_params, rm_cfg, batch["pair_pos_tokens"], batch["pair_pos_mask"])
-    neg = models.reward_scores(rm_params, rm_cfg, batch["pair_neg_tokens"], batch["pair_neg_mask"])
-    valid = batch["pair_valid"].astype(jnp.float32)
+    pos = models.reward_scores(rm_params, rm_cfg, pairs.pos_tokens, pairs.pos_mask)
+    neg = models.reward_scores(rm_params, rm_cfg, pairs.neg_tokens, pairs.neg_mask)
+    valid = pairs.valid.astype(jnp.float32)
     count = valid.sum()
     n = jnp.maximum(count if num_valid is None else num_valid, 1.0)
     loss = -(jax.nn.log_sigmoid(pos - neg) * valid).sum() / n
@@ -165,53 +108,81 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, batch: dict,
     return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
 
 
-def _logprobs(params, cfg: StepConfig, batch: dict):
-    return response_logprobs(params, cfg.policy, batch["prompt_tokens"], batch["prompt_mask"],
-                             batch["tokens"], batch["mask"], temperature=cfg.temperature,
+def _logprobs(params, cfg: StepConfig, rows):
+    """(log-probs, entropies) of the rollouts of `rows` (a TrainBatch or a mini-batch dict)."""
+    get = (lambda k: rows[k]) if isinstance(rows, dict) else (lambda k: getattr(rows, k))
+    return response_logprobs(params, cfg.policy, get("prompt_tokens"), get("prompt_mask"),
+                             get("tokens"), get("mask"), temperature=cfg.temperature,
                              impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
 
 
-def _batch_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+# ---------------------------------------------------------------------- device rewards
+@dataclasses.dataclass(frozen=True)
+class DeviceReward:
+    """How the step turns a batch into sequence rewards: `fn(state, cfg, batch, options)` ->
+    (rewards [R], metrics, the RM's raw scores [R] or None)."""
+    fn: Callable[..., tuple[Array, dict, Array | None]]
+    needs_rm: bool = False
+
+
+DEVICE_REWARDS: Registry[DeviceReward] = Registry("device reward")
+
+
+def register_device_reward(name: str, *, needs_rm: bool = False,
+                           params: dict[str, Param] | None = None):
+    """Decorator: register `fn(state, cfg, batch, options)` as device reward `name`; `params`
+    are the options it reads (`StepConfig.reward_options`), each from its config field."""
+    def register(fn):
+        DEVICE_REWARDS.register(name, DeviceReward(fn, needs_rm), params=params,
+                                doc=(fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+    return register
+
+
+@register_device_reward("batch")
+def _batch_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
     """The host's rewards (rule labels, majority-vote pseudo-labels, ...)."""
-    return batch["rewards"].astype(jnp.float32), {}
+    return batch.rewards.astype(jnp.float32), {}, None
 
 
-def _rm_scores(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, Array, dict]:
-    proxy, scores = rm_rewards(state.rm.params, cfg, batch["rm_tokens"], batch["rm_mask"])
+def _rm_scores(state: TrainState, cfg: StepConfig, batch: TrainBatch, threshold: bool = False):
+    proxy, scores = rm_rewards(state.rm.params, cfg.rm, batch.rm.tokens, batch.rm.mask,
+                               threshold)
     metrics = {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
-    if "rule_labels" in batch:
-        rule = batch["rule_labels"].astype(jnp.float32)
-        metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
-    else:  # rule labels still being computed on the host: it compares them with these
-        metrics["rm_scores"] = scores
-    return proxy, scores, metrics
+    if batch.rm.rule_labels is None:  # still being verified on the host: it compares them
+        return proxy, scores, metrics, scores
+    rule = batch.rm.rule_labels.astype(jnp.float32)
+    metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
+    return proxy, scores, metrics, None
 
 
-def _rm_reward(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+@register_device_reward("rm", needs_rm=True, params={"threshold": Param("reward.threshold")})
+def _rm_reward(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
     """sigmoid(score) (or its 0/1 threshold) under the PRE-update reward model."""
-    proxy, _, metrics = _rm_scores(state, cfg, batch)
-    return proxy, metrics
+    proxy, _, metrics, unlabelled = _rm_scores(state, cfg, batch, options["threshold"])
+    return proxy, metrics, unlabelled
 
 
-def _hybrid_reward(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
+@register_device_reward("hybrid", needs_rm=True,
+                        params={"weight": Param("reward.hybrid_rm_weight")})
+def _hybrid_reward(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
     """The rule decides the stratum, the RM orders rollouts inside it:
     correct -> [1 - w, 1], incorrect -> [0, w]."""
-    _, scores, metrics = _rm_scores(state, cfg, batch)
-    rule = batch["rewards"].astype(jnp.float32)
-    w = cfg.hybrid_rm_weight
-    return rule * (1.0 - w) + w * jax.nn.sigmoid(scores), metrics
+    _, scores, metrics, unlabelled = _rm_scores(state, cfg, batch)
+    w = options["weight"]
+    rule = batch.rewards.astype(jnp.float32)
+    return rule * (1.0 - w) + w * jax.nn.sigmoid(scores), metrics, unlabelled
 
 
-# StepConfig.reward_source -> (state, cfg, batch) -> (sequence rewards [R], metrics)
-DEVICE_REWARDS = {"batch": _batch_rewards, "rm": _rm_reward, "hybrid": _hybrid_reward}
+def compute_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch
+                    ) -> tuple[Array, dict, Array | None]:
+    """(sequence rewards [R], metrics, raw RM scores or None) of the batch; RM rewards use the
+    RM parameters in `state`."""
+    return DEVICE_REWARDS[cfg.device_reward].fn(state, cfg, batch, cfg.reward_options)
 
 
-def compute_rewards(state: TrainState, cfg: StepConfig, batch: dict) -> tuple[Array, dict]:
-    """Sequence rewards [R] of the batch; RM rewards use the RM parameters in `state`."""
-    return DEVICE_REWARDS[cfg.reward_source](state, cfg, batch)
-
-
-def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantages: Array,
+# ---------------------------------------------------------------------- the updates
+def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, advantages: Array,
                    old_logp: Array, ref_logp: Array | None) -> tuple[ModelState, dict]:
     rows = advantages.shape[0]
     m = cfg.num_minibatches
@@ -220,8 +191,8 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
                          f"divide the {rows // m} rows of each PPO mini-batch ({rows} rows / "
                          f"rl.num_minibatches {m})")
     split = lambda x: x.reshape((m, rows // m) + x.shape[1:])
-    mb = {k: split(batch[k]) for k in ("prompt_tokens", "prompt_mask", "tokens", "mask")}
-    mb["loss_weight"] = split(batch["loss_weight"])
+    mb = {k: split(getattr(batch, k)) for k in ("prompt_tokens", "prompt_mask", "tokens", "mask",
+                                                 "loss_weight")}
     mb["adv"], mb["old"] = split(advantages), split(old_logp)
     if ref_logp is not None:
         mb["ref"] = split(ref_logp)
@@ -271,22 +242,23 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: dict, advantag
     return policy, jax.tree_util.tree_map(jnp.mean, metrics)
 
 
-def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[ModelState, dict]:
-    if cfg.rm_micro_batches == 1:
+def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, pairs: PairBatch
+               ) -> tuple[ModelState, dict]:
+    opts = cfg.rm_update
+    if opts.micro_batches == 1:
         updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm,
-                                                batch)
+                                                pairs)
     else:  # the pairs' gradient accumulated over micro-batches, divided by the step's count
-        pairs = {k: batch[k] for k in PAIR_KEYS}
-        if pairs["pair_valid"].shape[0] % cfg.rm_micro_batches:
-            raise ValueError(f"cooper.micro_batches ({cfg.rm_micro_batches}) must divide the "
-                             f"{pairs['pair_valid'].shape[0]} pairs of a step (prompts_per_step)")
-        count = batch["pair_valid"].astype(jnp.float32).sum()
+        if pairs.valid.shape[0] % opts.micro_batches:
+            raise ValueError(f"cooper.micro_batches ({opts.micro_batches}) must divide the "
+                             f"{pairs.valid.shape[0]} pairs of a step (prompts_per_step)")
+        count = pairs.valid.astype(jnp.float32).sum()
         (_, metrics), grads = accumulate_gradients(
             lambda p, micro: bradley_terry_loss(p, cfg.rm, micro, count), state.rm.params,
-            split_micro_batches(pairs, cfg.rm_micro_batches))
+            split_micro_batches(pairs, opts.micro_batches))
         updated = apply_gradients(state.rm, rm_tx, grads)
     new = updated  # no pair: the loss has zero gradient, AdamW still steps
-    if cfg.rm_skip_no_pair:
+    if opts.skip_no_pair:
         has_pairs = metrics["rm_valid_pairs"] > 0
         new = jax.tree_util.tree_map(lambda n, o: jnp.where(has_pairs, n, o), updated, state.rm)
     metrics["rm_grad_norm"] = optax.global_norm(grads)
@@ -294,42 +266,50 @@ def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, batch: dict) -> tuple[
     return new, metrics
 
 
-def train_step(state: TrainState, batch: dict, *, cfg: StepConfig, tx, rm_tx=None
-               ) -> tuple[TrainState, dict]:
-    """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
-    `jit_step`)."""
-    rewards, metrics = compute_rewards(state, cfg, batch)
-    if "behaviour_entropy" in batch:  # rollout.overlap: sampled by the previous step's policy,
-        # whose log-probs and entropies the sampler returned: no forward pass to recompute them
-        old_logp = batch["behaviour_logprobs"].astype(jnp.float32)
-        entropy = batch["behaviour_entropy"].astype(jnp.float32)
+def _old_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch) -> tuple[Array, Array]:
+    """(behaviour log-probs, entropies) of the rollouts, without gradient."""
+    behaviour = batch.behaviour
+    if behaviour is not None and behaviour.entropy is not None:
+        # rollout.overlap: sampled by the previous step's policy, whose log-probs and entropies
+        # the sampler returned: no forward pass to recompute them
+        old_logp, entropy = behaviour.logprobs.astype(jnp.float32), \
+            behaviour.entropy.astype(jnp.float32)
     else:
         old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
-        if "behaviour_logprobs" in batch:  # pending rollouts saved without their entropies
-            old_logp = batch["behaviour_logprobs"].astype(jnp.float32)
-    old_logp = jax.lax.stop_gradient(old_logp)
+        if behaviour is not None:  # pending rollouts saved without their entropies
+            old_logp = behaviour.logprobs.astype(jnp.float32)
+    return jax.lax.stop_gradient(old_logp), entropy
+
+
+def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_tx=None
+               ) -> tuple[TrainState, StepOutputs]:
+    """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
+    `jit_step`)."""
+    rewards, metrics, rm_scores = compute_rewards(state, cfg, batch)
+    old_logp, entropy = _old_logprobs(state, cfg, batch)
     ref_logp = None
     if state.ref_params is not None:
         ref_logp = jax.lax.stop_gradient(_logprobs(state.ref_params, cfg, batch)[0])
         if cfg.kl_in_reward:
             kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
-            rewards = rl.fold_kl_into_rewards(rewards, kl, batch["mask"], cfg.kl_coef_in_reward)
-    if "reward_bonus" in batch:  # e.g. overlong shaping, computed on host from lengths
-        rewards = rewards + batch["reward_bonus"]
+            rewards = rl.fold_kl_into_rewards(rewards, kl, batch.mask, cfg.kl_coef_in_reward)
+    rewards = rewards + batch.reward_bonus  # e.g. overlong shaping, computed on host
     groups = rewards.reshape(-1, cfg.group_size)
-    advantages = rl.compute_advantages(cfg.advantage, groups).reshape(-1)
+    advantages = rl.compute_advantages(cfg.advantage, groups,
+                                       **cfg.advantage_options).reshape(-1)
 
     policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp,
                                             None if cfg.kl_in_reward else ref_logp)
     metrics.update(policy_metrics)
     metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean(),
-                   rollout_entropy=(entropy * batch["mask"]).sum() / jnp.maximum(
-                       batch["mask"].sum(), 1))
+                   rollout_entropy=(entropy * batch.mask).sum() / jnp.maximum(
+                       batch.mask.sum(), 1))
     rm = state.rm
-    if cfg.train_rm:
-        rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch)
+    if cfg.rm_update is not None:
+        rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch.pairs)
         metrics.update(rm_metrics)
-    return state.replace(step=state.step + 1, policy=policy, rm=rm), metrics
+    return (state.replace(step=state.step + 1, policy=policy, rm=rm),
+            StepOutputs(metrics, rm_scores))
 
 
 def init_state(policy_params, tx, *, ref_params=None, rm_params=None, rm_tx=None) -> TrainState:
@@ -360,7 +340,8 @@ def state_shardings(state: TrainState):
 
 def jit_step(cfg: StepConfig, tx, rm_tx=None, *, state_shardings=None, batch_sharding=None,
              replicated=None, donate: bool = True):
-    """`train_step` under jit with explicit shardings (when given) and the state donated."""
+    """`train_step` under jit with explicit shardings (when given: the state's, the batch's as
+    a TrainBatch of shardings, and a replicated one for the outputs) and the state donated."""
     fn = lambda state, batch: train_step(state, batch, cfg=cfg, tx=tx, rm_tx=rm_tx)
     donate_argnums = (0,) if donate else ()
     if state_shardings is None:

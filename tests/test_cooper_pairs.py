@@ -8,7 +8,7 @@ import pytest
 from conftest import save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
-from coop_jax import cooper, rewards
+from coop_jax import cooper, data, rewards
 from coop_jax.models.tokenizer import load_tokenizer
 from coop_jax.rm_input import RMInputFormat, format_rm_input, tokenize_rm_inputs
 from coop_jax.verify import RuleVerifier
@@ -87,16 +87,22 @@ def test_perturb_answer_values():
     assert cooper.perturb_text("anything", "", rng) is None
 
 
+def _asked_about(user: str) -> str:
+    """The question a rewrite request is about (the text before the positive)."""
+    problem = user.split("Correct response")[0]
+    return next(r["question"] for r in RECORDS if r["question"] in problem)
+
+
 def _rewrite_reply():
     half_calls = []
 
     def reply(body):
-        user = body["messages"][1]["content"]
-        if "Problem:\n3+4\n" in user:
+        question = _asked_about(body["messages"][1]["content"])
+        if question == "3+4":
             return 200, "3+4=9. #### 9"                    # wrong: kept on the first try
-        if "Problem:\n2+9\n" in user:
+        if question == "2+9":
             return 200, "2+9 is eleven, so #### 11.0"      # equivalent: rejected every try
-        if "Problem:\nhalf of one\n" in user:
+        if question == "half of one":
             half_calls.append(1)                           # HTTP error first, then wrong
             return (500, None) if len(half_calls) == 1 else (200, "\\boxed{2}")
         return 200, "unexpected"
@@ -105,26 +111,83 @@ def _rewrite_reply():
 
 
 def test_rewrite_pairs_over_http(verifier, labelled):
+    """The assistant is sent the policy's full prompt (the question with its answer-format
+    instruction) and the positive, and asked for a wrong solution."""
     labels, extracted = labelled
+    prompts = [data.format_prompt("gsm8k", r["question"]) for r in RECORDS]
     with FakeOpenAI(_rewrite_reply()) as server:
         rewriter = cooper.http_rewriter(server.url + "/v1/", "assistant-x", timeout_s=10)
         pairs, stats = cooper.build_pairs("rewrite", RECORDS, TEXTS, labels, extracted, G,
-                                          verifier=verifier, rewriter=rewriter)
+                                          verifier=verifier, rewriter=rewriter, prompts=prompts)
     assert pairs == [(TEXTS[1], "3+4=9. #### 9"), None, (TEXTS[6], "\\boxed{2}"), None]
     assert stats == {"pairs/no_positive": 1, "pairs/no_negative": 0,
                      "pairs/negative_not_wrong": 1, "pairs/valid": 2}
-    questions = [b["messages"][1]["content"].split("\n")[1] for _, b in server.requests]
+    asked = [_asked_about(b["messages"][1]["content"]) for _, b in server.requests]
     # try 1: three prompts; try 2: the two still pending; try 3: only the equivalent one
-    assert questions == ["3+4", "half of one", "2+9", "half of one", "2+9", "2+9"]
+    assert asked == ["3+4", "half of one", "2+9", "half of one", "2+9", "2+9"]
     for path, body in server.requests:
         assert path == "/v1/chat/completions" and body["model"] == "assistant-x"
         assert body["temperature"] == 0.7
         system, user = body["messages"]
-        assert system == {"role": "system", "content": cooper.REWRITE_SYSTEM_PROMPT}
-        q = user["content"].split("\n")[1]
-        pos = TEXTS[{"3+4": 1, "half of one": 6, "2+9": 9}[q]]
-        assert user == {"role": "user", "content": cooper.rewrite_user_message(q, pos)}
+        assert system["role"] == "system" and user["role"] == "user"
+        assert "incorrect" in system["content"] and "wrong final answer" in system["content"]
+        question = _asked_about(user["content"])
+        pos = TEXTS[{"3+4": 1, "half of one": 6, "2+9": 9}[question]]
+        assert question + " Let's think step by step" in user["content"]  # the full prompt
+        assert 'output the final answer after "####"' in user["content"]  # its format
+        assert pos in user["content"].split("Correct response")[1]
         assert body["max_tokens"] == len(pos.split()) + 500
+
+
+@pytest.fixture(scope="module")
+def strict_hash_verifier():
+    with RuleVerifier(num_workers=1, timeout_s=5.0, extraction="strict_hash") as v:
+        yield v
+
+
+# (positive, candidate, kept by the reference's full-text rule, kept by the "extracted" rule
+# under GSM8K's strict "#### <number>" extraction)
+KEEP_CASES = [
+    ("4+3=7. #### 7", "4+3=8. #### 8", True, True),        # a wrong final answer
+    ("4+3=7. #### 7", "The answer is 8", True, False),     # wrong, but no "####": strict drops it
+    ("4+3=7. #### 7", "I cannot solve this.", True, False),  # no answer: wrong for the reference
+    ("4+3=7. #### 7", "so the sum is 7. #### 7", False, False),  # the same answer
+    ("4+3=7. #### 7", "The answer is 7", False, False),    # the same answer, in words
+    # an equivalent form: strict "####" matching compares strings (verl's gsm8k scorer), so the
+    # extracted rule keeps it as a negative
+    ("4+3=7. #### 7", "4+3 = 7.0, #### 7.0", False, True),
+]
+
+
+def test_keep_rules_on_hand_written_cases(verifier, strict_hash_verifier):
+    positives = [c[0] for c in KEEP_CASES]
+    candidates = [c[1] for c in KEEP_CASES]
+    reference = cooper.keep_if_not_equivalent(verifier, positives, candidates)
+    assert reference == [c[2] for c in KEEP_CASES]
+    answers = strict_hash_verifier.extract_batch(positives)
+    assert answers == ["7"] * len(KEEP_CASES)
+    extracted = cooper.keep_if_wrong(strict_hash_verifier, answers, candidates)
+    assert extracted == [c[3] for c in KEEP_CASES]
+
+
+def test_build_pairs_uses_the_configured_keep_rule(verifier, strict_hash_verifier):
+    """One prompt per case, G = 1, the case's candidate as the assistant's rewrite."""
+    records = [{"question": f"q{i}", "reference": "7"} for i in range(len(KEEP_CASES))]
+    texts = [c[0] for c in KEEP_CASES]
+    by_question = {f"q{i}": c[1] for i, c in enumerate(KEEP_CASES)}
+    rewriter = lambda items: [by_question[prompt] for prompt, _ in items]  # noqa: E731
+    kept = {}
+    for rule in ("reference", "extracted"):
+        pairs, _ = cooper.build_pairs(
+            "rewrite", records, texts, np.ones(len(texts)), ["7"] * len(texts), 1,
+            verifier=strict_hash_verifier, rewriter=rewriter, tries=1, keep_rule=rule,
+            full_text_verifier=verifier)
+        kept[rule] = [p is not None for p in pairs]
+    assert kept == {"reference": [c[2] for c in KEEP_CASES],
+                    "extracted": [c[3] for c in KEEP_CASES]}
+    with pytest.raises(ValueError, match="cooper.negative_check='lenient' is not one of"):
+        cooper.build_pairs("rewrite", records, texts, np.ones(len(texts)), ["7"] * len(texts), 1,
+                           verifier=verifier, rewriter=rewriter, keep_rule="lenient")
 
 
 def test_http_rewriter_unreachable_server_gives_none():
@@ -138,16 +201,16 @@ def test_tokenize_pairs_masks_missing_pairs():
     tok = load_tokenizer()
     pairs = [("3+4=7. #### 7", "3+4=8. #### 8"), None]
     out = cooper.tokenize_pairs(tok, RECORDS[:2], pairs, RMInputFormat(96, "synthetic"))
-    np.testing.assert_array_equal(out["pair_valid"], [1.0, 0.0])
-    assert out["pair_valid"].dtype == np.float32
+    np.testing.assert_array_equal(out.valid, [1.0, 0.0])
+    assert out.valid.dtype == np.float32
     # the <question> is the full prompt ("q = " with the synthetic template) by default
     ids, mask = tokenize_rm_inputs(tok, [format_rm_input("3+4 = ", "7", "3+4=7. #### 7"),
                                          format_rm_input("5+5 = ", "10", "")], 96)
-    np.testing.assert_array_equal(out["pair_pos_tokens"], ids)
-    np.testing.assert_array_equal(out["pair_pos_mask"], mask)
+    np.testing.assert_array_equal(out.pos_tokens, ids)
+    np.testing.assert_array_equal(out.pos_mask, mask)
     neg_ids, _ = tokenize_rm_inputs(tok, [format_rm_input("3+4 = ", "7", "3+4=8. #### 8")], 96)
-    np.testing.assert_array_equal(out["pair_neg_tokens"][:1], neg_ids)
-    assert out["pair_pos_mask"][:, 0].all()  # right-padded
+    np.testing.assert_array_equal(out.neg_tokens[:1], neg_ids)
+    assert out.pos_mask[:, 0].all()  # right-padded
 
 
 def test_corewarding_decay_schedule():

@@ -186,3 +186,22 @@ def test_evaluate_reward_model_metrics_with_known_scores(monkeypatch):
     with pytest.raises(ValueError, match=r"triples\[0\]\['label'\]"):
         rm_scoring.evaluate_reward_model(None, rm_cfg, None, [dict(triples[0], label="yes")],
                                          fmt=fmt)
+
+
+def test_gsm8k_is_also_scored_with_the_references_strict_scorer(verifier):
+    """Two problems, one greedy and two sampled completions each; "The answer is 7" is right for
+    the lenient headline verifier and wrong for verl's strict "#### <number>" scorer."""
+    import contextlib
+    records = [{"question": "3+4", "reference": "7"}, {"question": "5+5", "reference": "10"}]
+    greedy = ([["The answer is 7"], ["#### 10"]], [[3], [2]])
+    sampled = ([["#### 7", "The answer is 7"], ["#### 11", "The answer is 10"]], [[2, 3], [2, 3]])
+    with contextlib.ExitStack() as stack:
+        also = ev.strict_verifiers("gsm8k", 1, 5.0, stack)
+        assert ev.strict_verifiers("math500", 1, 5.0, stack) == {}
+        report, rows = ev.score_policy(records, ["p1", "p2"], verifier, greedy=greedy,
+                                       sampled=sampled, also=also)
+    assert report["greedy_accuracy"]["mean"] == 1.0              # lenient: both right
+    assert report["strict"]["greedy_accuracy"]["mean"] == 0.5    # strict: only "#### 10"
+    assert report["avg_at_k"]["mean"] == pytest.approx((1.0 + 0.5) / 2)
+    assert report["strict"]["avg_at_k"]["mean"] == pytest.approx((0.5 + 0.0) / 2)
+    assert [r["correct"] for r in rows if r["mode"] == "greedy"] == [True, True]  # the headline's

@@ -1,9 +1,9 @@
 """The package's import graph: no cycles, and dependencies that point one way.
 
 Layers, lowest first: models / kernels / parallel / hf  <-  sampling  <-  rl, verify, data
-<-  rm_input, rm_scoring, stats (shared by both sides)  <-  training (train*, cooper, rewards,
-config, sft, export) and evaluation (eval)  <-  experiments. The process launchers (launch) stand
-apart: they import nothing from the package (no JAX before the children set it up).
+<-  rm_input, rm_scoring, stats (shared by both sides)  <-  training (train*, rm_train, cooper,
+rewards, config, sft, export) and evaluation (eval)  <-  experiments. The process launchers
+(launch) stand apart: they import nothing from the package (no JAX before the children set it up).
 Every import counts, also those inside functions.
 """
 import ast
@@ -49,14 +49,14 @@ def _component(module: str) -> str:
 
 # component -> components it must never import
 LOWER = {"models", "kernels", "parallel", "sampling", "rl", "verify"}
-TRAINING = {"train", "train_step", "train_rm", "cooper", "rewards", "config", "sft", "export"}
+TRAINING = {"train", "train_step", "rm_train", "cooper", "rewards", "config", "sft", "export"}
 FORBIDDEN = {
     "models": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
     "kernels": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
     "sampling": {"rl", "verify", "data", "eval", "experiments"} | TRAINING,
     "rl": {"sampling", "verify", "data", "eval", "experiments"} | TRAINING,
     "verify": {"sampling", "rl", "data", "eval", "experiments"} | TRAINING,
-    "eval": {"train", "train_step", "train_rm", "cooper", "rewards", "sft", "experiments"},
+    "eval": {"train", "train_step", "rm_train", "cooper", "rewards", "sft", "experiments"},
 }
 FORBIDDEN["launch"] = {_component(m) for m in MODULES} - {"launch"}
 # every data module, the coop-rephrase script included (its chat clients live in sampling.chat)

@@ -172,7 +172,7 @@ def test_coop_train_rm_on_two_processes_matches_one(tmp_path, capfd):
 
     def command(run):
         r = "--config.rm_train."
-        return [sys.executable, "-m", "coop_jax.train_rm", f"--config={TINY}",
+        return [sys.executable, "-m", "coop_jax.rm_train", f"--config={TINY}",
                 r + "mode=train", r + f"triples={tmp_path / 'train.jsonl'}",
                 r + f"heldout={tmp_path / 'held.jsonl'}", r + f"workdir={tmp_path / run}",
                 r + "epochs=2", r + "batch_size=8", r + "log_every=1", r + "max_len=64",

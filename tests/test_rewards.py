@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from coop_jax import config, rewards
+from coop_jax.registry import Options
 
 
 @pytest.mark.parametrize("answers,expected", [
@@ -12,19 +13,32 @@ from coop_jax import config, rewards
     ([None, "5", None], "5"),               # empty answers do not vote
     ([None, "", "  "], None),               # nothing to vote on
     ([], None),
-    ([" 4", "4 ", "5"], "4"),               # whitespace is not part of the answer
+    ([" 4", "4 ", "5"], "4"),               # the ends' whitespace is not part of the answer
     (["1/2", "0.5", "0.5"], "0.5"),         # exact strings: no maths equivalence
     (["1/2", "0.5"], "1/2"),
-    (["\\frac{1}{2}", "\\frac {1}{2}", "0.5"], "\\frac{1}{2}"),
+    # exact (the references): inner whitespace counts, so the two fractions are two answers and
+    # the tie goes to the first
+    (["\\frac{1}{2}", "\\frac {1}{2}", "0.5", "0.5"], "0.5"),
+    (["\\frac{1}{2}", "0.5", "\\frac {1}{2}"], "\\frac{1}{2}"),
 ])
 def test_majority_answer(answers, expected):
     assert rewards.majority_answer(answers) == expected
 
 
+def test_majority_answer_without_whitespace_is_an_option():
+    answers = ["\\frac{1}{2}", "\\frac {1}{2}", "0.5", "0.5"]
+    assert rewards.majority_answer(answers, "no_whitespace") == "\\frac{1}{2}"
+    assert rewards.majority_answer(["1 000", "1000", "7"], "no_whitespace") == "1000"
+    assert rewards.majority_answer(["1 000", "1000", "7"]) == "1 000"  # exact: a three-way tie
+
+
 def test_normalize_answer():
     assert rewards.normalize_answer(None) is None
     assert rewards.normalize_answer("   ") is None
-    assert rewards.normalize_answer(" 1 000 ") == "1000"
+    assert rewards.normalize_answer(" 1 000 ") == "1 000"
+    assert rewards.normalize_answer(" 1 000 ", "no_whitespace") == "1000"
+    with pytest.raises(ValueError, match="reward.vote_match='nope' is not one of"):
+        rewards.normalize_answer("1", "nope")
 
 
 def test_match_rewards_exact_string():
@@ -60,10 +74,9 @@ def test_rule_labels_from_the_process_pool():
 
 def test_every_reward_type_is_registered_with_a_device_source():
     from coop_jax.train_step import DEVICE_REWARDS
-    assert config.REWARD_TYPES == tuple(rewards.REWARD_SOURCES)
     for name, source in rewards.REWARD_SOURCES.items():
         assert source.name == name and source.device in DEVICE_REWARDS
-        assert source.needs_rm == (name in config.RM_REWARD_TYPES)
+        assert source.needs_rm == (name in rewards.rm_reward_types())
     assert {n for n, s in rewards.REWARD_SOURCES.items() if s.trains_rm} == {"cooper"}
     assert rewards.REWARD_SOURCES["corewarding_1"].num_views == 2
     assert rewards.REWARD_SOURCES["corewarding_2"].before_step is rewards.ema_teacher_update
@@ -71,9 +84,10 @@ def test_every_reward_type_is_registered_with_a_device_source():
         rewards.reward_source("nope")
 
 
-def _inputs(views, labels=None, extracted=None, teacher=None, G=2):
+def _inputs(views, labels=None, extracted=None, teacher=None, G=2, match="exact"):
     records = [{"question": "q1", "reference": "7"}, {"question": "q2", "reference": "3"}]
-    return rewards.RewardInputs(records, views, labels, extracted, teacher, G, _Extractor())
+    return rewards.RewardInputs(records, views, labels, extracted, teacher, G, _Extractor(),
+                                Options.of(match=match))
 
 
 class _Extractor:
@@ -111,7 +125,8 @@ def test_ema_teacher_update_hook():
     import jax.numpy as jnp
     from ml_collections import ConfigDict
 
-    from coop_jax.train_step import ModelState, TrainState
+    from coop_jax.optim import ModelState
+    from coop_jax.train_step import TrainState
 
     config = ConfigDict({"corewarding": {"a_start": 0.5, "a_end": 0.1, "decay_steps": 0},
                          "train": {"steps": 4}})
@@ -135,7 +150,7 @@ def test_extraction_defaults_follow_the_references():
         assert rewards.extraction_mode(c) == mode, (reward_type, dataset)
     c.verifier.extraction = "lenient"   # an explicit mode wins
     assert rewards.extraction_mode(c) == "lenient"
-    for mode in rewards.EXTRACTION_CHOICES[1:]:
+    for mode in config.EXTRACTION_CHOICES[1:]:
         c.verifier.extraction = mode
         config.validate(c)
     c.verifier.extraction = "boxed"
@@ -149,7 +164,7 @@ def test_strict_boxed_votes_give_unboxed_rollouts_zero():
     with RuleVerifier(num_workers=1, timeout_s=5.0, extraction="strict_boxed") as verifier:
         extracted = verifier.extract_batch(views[0])
         x = rewards.RewardInputs([{"question": "q", "reference": "7"}] * 2, views, None,
-                                 extracted, None, 2, verifier)
+                                 extracted, None, 2, verifier, Options.of(match="exact"))
         [r], _ = rewards.REWARD_SOURCES["majority_vote"].host(x)
     assert extracted == ["7", None, None, "3"]
     np.testing.assert_array_equal(r, [1, 0, 0, 1])

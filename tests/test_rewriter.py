@@ -140,7 +140,8 @@ def _counting_rewriter(collective: bool, reply: str = "no answer"):
 
 def _pairs(rewriter, tries=3):
     return cooper.build_pairs("rewrite", RECORDS, TEXTS, np.ones(2), ["7", "10"], 1,
-                              verifier=_Verifier(), rewriter=rewriter, tries=tries)
+                              verifier=_Verifier(), rewriter=rewriter, tries=tries,
+                              keep_rule="extracted")  # _Verifier models the extracted check
 
 
 @pytest.mark.parametrize("collective", [False, True])
@@ -214,7 +215,8 @@ CHILD = """
         n = 2 if me == 0 else 0  # host 1 has no positive at all
         pairs, stats = cooper.build_pairs("rewrite", records, texts,
                                           np.array([1.0] * n + [0.0] * (2 - n)), ["7", "10"],
-                                          1, verifier=Verifier(), rewriter=counted, tries=3)
+                                          1, verifier=Verifier(), rewriter=counted, tries=3,
+                                          keep_rule="extracted")
         with open(f"{out_dir}/p{me}.json", "w") as f:
             json.dump({"first": first, "second": second, "calls": calls,
                        "pairs": pairs, "stats": stats}, f)

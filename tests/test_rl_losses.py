@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from coop_jax.rl.losses import PER_MICRO_BATCH
 from coop_jax.rl import (AGGREGATIONS, LossConfig, aggregate, loss_normalisers, part_weights,
                          policy_loss, weigh_metrics)
 
@@ -36,7 +37,7 @@ def test_aggregation_all_masked_is_zero(name):
     assert float(aggregate(name, VALUES, jnp.zeros((3, 3)))) == 0.0
 
 
-@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+@pytest.mark.parametrize("name", sorted(set(AGGREGATIONS) - set(PER_MICRO_BATCH)))
 def test_row_parts_reweighted_by_normalisers_sum_to_the_whole(name):
     """What gradient accumulation relies on: policy_loss over a split of the rows, each part
     times normaliser(part) / normaliser(whole), adds up to the whole batch's loss and metrics."""
@@ -215,7 +216,7 @@ def test_gspo_matches_sequence_objective():
 def test_fully_masked_batch_is_zero_and_finite(ratio_level, aggregation):
     logp = jnp.array([[jnp.nan, -jnp.inf], [50.0, 0.0]])
     cfg = LossConfig(ratio_level=ratio_level, aggregation=aggregation, entropy_coef=0.01,
-                     kl_estimator="k3")
+                     kl_estimator="k3_unclamped")
     adv, mask = jnp.array([1.0, jnp.nan]), jnp.zeros((2, 2))
     ref, ent = jnp.full((2, 2), -jnp.inf), jnp.full((2, 2), jnp.nan)
     fn = lambda lp: policy_loss(  # noqa: E731
@@ -264,3 +265,44 @@ def test_policy_loss_input_errors():
         policy_loss(LOGP, OLD, ADV, PPO_MASK, cfg, ref_logp=OLD[:1])
     with pytest.raises(ValueError, match="cfg"):
         policy_loss(LOGP, OLD, ADV, PPO_MASK, {"kl_coef": 0.0})
+
+
+# --- the references' aggregations (verl's agg_loss names), numbers by hand ---------------------
+
+def test_reference_aggregations_hand_numbers():
+    # valid tokens 1, 2 (row 0) and 4 (row 1): token sum 7, 3 valid tokens, B = 2, T = 3
+    values = jnp.array([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = jnp.array([[1, 1, 0], [1, 0, 0]], bool)
+    expected = {"token_mean": 7 / 3, "micro_token_mean": 7 / 3,
+                "seq_mean_token_mean": (1.5 + 4.0) / 2,
+                "seq_mean_token_sum": 7 / 2,          # verl seq-mean-token-sum: mean of row sums
+                "seq_mean_token_sum_norm": 7 / (2 * 3),  # Dr.GRPO with coop_jax's B * T
+                "token_sum_norm": 7 / 3}              # verl seq-mean-token-sum-norm: sum / T
+    for name, value in expected.items():
+        assert float(aggregate(name, values, mask)) == pytest.approx(value, rel=1e-6), name
+
+
+def test_per_micro_batch_aggregations_weigh_each_micro_batch_equally():
+    """Two micro-batches of 2 rows with 3 and 1 valid tokens: the exact token mean weighs them
+    3/4 and 1/4; the references' per-micro-batch forms 1/2 each, whatever their token counts."""
+    from coop_jax.rl import loss_normalisers, part_weights
+    whole = jnp.array([[1, 1, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]], jnp.float32)
+    first, second = whole[:2], whole[2:]
+    for name, shares in {"token_mean": (0.75, 0.25), "micro_token_mean": (0.5, 0.5),
+                         "token_sum_norm": (0.5, 0.5), "seq_mean_token_sum": (0.5, 0.5)}.items():
+        cfg = LossConfig(aggregation=name)
+        total = loss_normalisers(cfg, whole)
+        got = [float(part_weights(loss_normalisers(cfg, part), total)["agg"])
+               for part in (first, second)]
+        assert got == pytest.approx(list(shares)), name
+
+
+def test_gspo_sequence_log_ratio_is_capped_at_verls_10():
+    """verl's GSPO clamps the sequence log ratio at 10 from above; below, the +-20 bound of every
+    ratio stays."""
+    cfg = LossConfig(ratio_level="sequence", aggregation="seq_mean_token_mean", kl_coef=0.0)
+    mask = jnp.ones((2, 3))
+    logp = jnp.array([[15.0] * 3, [-25.0] * 3])  # log s = 15 and -25 against old log-probs of 0
+    _, m = policy_loss(logp, jnp.zeros((2, 3)), jnp.array([1.0, 1.0]), mask, cfg)
+    assert float(m["ratio_mean"]) == pytest.approx((math.exp(10.0) + math.exp(-20.0)) / 2,
+                                                   rel=1e-5)

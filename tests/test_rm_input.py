@@ -5,7 +5,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import train_rm
+from coop_jax import rm_train
 from coop_jax.config import base_config, validate
 from coop_jax.data import format_prompt
 from coop_jax.models.tokenizer import load_tokenizer
@@ -27,13 +27,27 @@ def test_the_rm_question_is_the_full_user_prompt_by_default():
     assert rm_input_format(c).text(QUESTION, "7", "c") == format_rm_input(QUESTION, "7", "c")
 
 
+def test_the_character_cut_applies_unless_switched_off():
+    long = "x" * 600 + "y" * 1000 + "z" * 400  # 2,000 characters: 500 x, then the last 1,000
+    cut = format_rm_input("q", long, long)
+    assert cut.count("x") == 2 * 500 and "y" * 600 + "z" * 400 in cut and len(cut) < 3100
+    assert format_rm_input("q", long, long, char_cut=False) == (
+        f"<question>q</question>\n<reference_answer>{long}</reference_answer>\n"
+        f"<completion>{long}</completion>")
+    fmt = RMInputFormat(max_len=8, template="synthetic", question_format="question")
+    assert fmt.text("q", long, long) == cut
+    assert RMInputFormat(max_len=8, template="synthetic", question_format="question",
+                         char_cut=False).text("q", long, long) == format_rm_input(
+        "q", long, long, char_cut=False)
+
+
 def test_coop_train_rm_template_and_the_toy_experiment_pin():
     c = base_config()
-    assert train_rm.rm_input(c).template == "synthetic"  # data.prompt_template
+    assert rm_train.input_format(c).template == "synthetic"  # data.prompt_template
     c.rm_train.dataset = "gsm8k"
-    assert train_rm.rm_input(c).template == "gsm8k"  # the dataset's template
+    assert rm_train.input_format(c).template == "gsm8k"  # the dataset's template
     c.rm_train.update(template="boxed", max_len=77)
-    assert (train_rm.rm_input(c).template, train_rm.rm_input(c).max_len) == ("boxed", 77)
+    assert (rm_train.input_format(c).template, rm_train.input_format(c).max_len) == ("boxed", 77)
     # the reward-hacking runs were made with raw questions and must stay reproducible
     assert repo_config("toy_hacking").reward_model.question_format == "question"
 

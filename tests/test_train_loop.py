@@ -11,8 +11,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import train
-from coop_jax.config import REWARD_TYPES
+from coop_jax import rewards, rollouts, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "tiny_test.py")
@@ -27,7 +26,7 @@ def _rows(workdir):
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.parametrize("reward_type", REWARD_TYPES)
+@pytest.mark.parametrize("reward_type", rewards.REWARD_SOURCES.names())
 def test_every_reward_type_trains(reward_type, tmp_path):
     c = tiny_config()
     c.reward.type = reward_type
@@ -72,13 +71,13 @@ def test_sft_warm_start_dynamic_sampling_and_overlong_options(tmp_path):
 def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
     c = tiny_config()
     trainer = train.Trainer(c, str(tmp_path))
-    update = trainer.update
+    step = trainer.step
 
-    def poisoned(batch):
-        new_state, metrics = update(batch)
-        return new_state, dict(metrics, loss=np.float32("nan"))
+    def poisoned(state, batch):
+        new_state, outputs = step(state, batch)
+        return new_state, outputs.replace(metrics=dict(outputs.metrics, loss=np.float32("nan")))
 
-    trainer.update = poisoned
+    trainer.step = poisoned
     with pytest.raises(FloatingPointError, match="step 0"):
         trainer.run()
 
@@ -99,15 +98,15 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
     trainer = train.Trainer(c, str(tmp_path))
     # the untrained tiny policy is never right: alternate rewards give every group a signal
     alternate = lambda x: ([np.arange(len(x.views[0])) % 2 * 1.0], {})
-    trainer.source = dataclasses.replace(trainer.source, host=alternate)
-    update, seen = trainer.update, []
+    trainer.setup = dataclasses.replace(
+        trainer.setup, source=dataclasses.replace(trainer.setup.source, host=alternate))
+    compiled, seen = trainer.step, []
 
-    def recording(batch):  # the parameters each update starts from (donated by the update)
-        seen.append((batch, jax.tree_util.tree_map(lambda x: x.copy(),
-                                                   trainer.state.policy.params)))
-        return update(batch)
+    def recording(state, batch):  # the parameters each update starts from (donated by it)
+        seen.append((batch, jax.tree_util.tree_map(lambda x: x.copy(), state.policy.params)))
+        return compiled(state, batch)
 
-    trainer.update = recording
+    trainer.step = recording
     trainer.run()
     rows = _rows(tmp_path)[1:]
     for r in rows:
@@ -117,19 +116,20 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
     # step 0 samples on-policy: its ratio is 1 up to the sampler's numerics; later steps' is not
     assert rows[0]["approx_kl_old"] < 1e-6 and rows[0]["ratio_mean"] == pytest.approx(1, abs=1e-3)
     assert rows[1]["approx_kl_old"] > 1e-6
-    pipeline = data.PromptPipeline(trainer.train_records, batch_size=trainer.B, seed=c.seed)
+    pipeline = data.PromptPipeline(trainer.records.train, batch_size=c.rollout.prompts_per_step,
+                                   seed=c.seed)
     for step, (batch, params) in enumerate(seen):
         behaviour = seen[max(step - 1, 0)][1]
-        out = train.sample_rollouts(trainer, pipeline.next_batch(),
-                                    train._rollout_key(trainer, step), params=behaviour).outs[0]
-        np.testing.assert_array_equal(batch["tokens"], np.asarray(out.tokens))
-        np.testing.assert_allclose(batch["behaviour_logprobs"], np.asarray(out.logprobs),
+        out = rollouts.sample_rollouts(trainer.setup, behaviour, None, pipeline.next_batch(),
+                                       rollouts.rollout_key(c, step)).views[0]
+        np.testing.assert_array_equal(batch.tokens, np.asarray(out.tokens))
+        np.testing.assert_allclose(batch.behaviour.logprobs, np.asarray(out.logprobs),
                                    atol=1e-6)
-        np.testing.assert_allclose(batch["behaviour_entropy"], np.asarray(out.entropy),
+        np.testing.assert_allclose(batch.behaviour.entropy, np.asarray(out.entropy),
                                    atol=1e-6)
         if step:  # the update's own parameters are one step ahead of the behaviour policy
-            own = np.asarray(_logprobs(params, trainer.step_cfg, batch)[0]) * batch["mask"]
-            assert np.abs(own - batch["behaviour_logprobs"]).max() > 1e-4
+            own = np.asarray(_logprobs(params, compiled.cfg, batch)[0]) * batch.mask
+            assert np.abs(own - batch.behaviour.logprobs).max() > 1e-4
 
 
 def _cli(workdir, steps, overlap=False):
@@ -207,7 +207,6 @@ def _check_export(workdir):
 def test_corewarding_2_dynamic_sampling_applies_the_ema_once_per_step(tmp_path):
     import dataclasses
 
-    from coop_jax import rewards
     c = tiny_config()
     c.reward.type = "corewarding_2"
     c.rl.update(dynamic_sampling=True, dynamic_max_draws=3)
@@ -222,7 +221,8 @@ def test_corewarding_2_dynamic_sampling_applies_the_ema_once_per_step(tmp_path):
         draws.append(1)
         return [np.zeros(len(x.views[0]), np.float32)], {}
 
-    trainer.source = dataclasses.replace(trainer.source, before_step=hook, host=host)
+    trainer.setup = dataclasses.replace(trainer.setup, source=dataclasses.replace(
+        trainer.setup.source, before_step=hook, host=host))
     trainer.run()
     assert calls == [0, 1] and len(draws) == 6
     assert [r["dynamic/draws"] for r in _rows(tmp_path)[1:]] == [3, 3]

@@ -11,7 +11,9 @@ from absl.app import UsageError
 from conftest import save_tiny_policy
 from fake_openai import FakeOpenAI
 
-from coop_jax import data, train_rm
+from coop_jax import data, rm_train
+from coop_jax.rm_input import TRIPLE_KEYS, write_triples
+from coop_jax.rm_train import loop
 from coop_jax.verify import RuleVerifier
 
 RM_FLAGS = ["--config.reward_model.hidden_size=32", "--config.reward_model.intermediate_size=64",
@@ -46,16 +48,16 @@ def synthetic_groups(n: int, seed: int = 0):
 def test_split_triples_by_question():
     triples = [{"question": f"q{i % 10}", "reference": "1", "completion": str(i), "label": i % 2}
                for i in range(40)]
-    train, held = train_rm.split_triples(triples, 0.3, seed=1)
+    train, held = rm_train.split_triples(triples, 0.3, seed=1)
     assert len(train) + len(held) == 40
     assert len({t["question"] for t in held}) == 3
     assert not {t["question"] for t in held} & {t["question"] for t in train}
-    assert train_rm.split_triples(triples, 0.3, seed=1) == (train, held)
-    assert train_rm.split_triples(triples, 0.0, seed=1) == (triples, [])
+    assert rm_train.split_triples(triples, 0.3, seed=1) == (train, held)
+    assert rm_train.split_triples(triples, 0.0, seed=1) == (triples, [])
     with pytest.raises(ValueError, match="heldout_fraction"):
-        train_rm.split_triples(triples, 1.0)
+        rm_train.split_triples(triples, 1.0)
     with pytest.raises(ValueError, match="no training question"):
-        train_rm.split_triples(triples[:1], 0.5)
+        rm_train.split_triples(triples[:1], 0.5)
 
 
 @pytest.mark.parametrize("reply,verdict", [
@@ -66,7 +68,7 @@ def test_split_triples_by_question():
     ("", None), (None, None), ("I cannot tell", None), ("incorrectly formatted but right", None),
 ])
 def test_parse_judge_verdict(reply, verdict):
-    assert train_rm.parse_judge_verdict(reply) is verdict
+    assert rm_train.parse_judge_verdict(reply) is verdict
 
 
 def test_label_triples_rule_labels_and_judge_intersection(verifier):
@@ -88,20 +90,20 @@ def test_label_triples_rule_labels_and_judge_intersection(verifier):
         return 200, "incorrect" if "#### 1" in completion and completion[-2:].isdigit() \
             else "The candidate is correct."
 
-    triples, stats = train_rm.label_triples(records, groups, verifier)
+    triples, stats = rm_train.label_triples(records, groups, verifier)
     assert stats["duplicates"] == 1 and stats["empty"] == 1 and stats["completions"] == 14
     assert [t["label"] for t in triples] == [True, False] * 6
-    assert all(set(t) == set(train_rm.TRIPLE_KEYS) for t in triples)
+    assert all(set(t) == set(TRIPLE_KEYS) for t in triples)
 
     with FakeOpenAI(reply) as server:
-        judge = train_rm.http_judge(server.url, "judge-x", max_tokens=64, timeout_s=10,
+        judge = rm_train.http_judge(server.url, "judge-x", max_tokens=64, timeout_s=10,
                                     concurrency=3)
-        judged, jstats = train_rm.label_triples(records, groups, verifier, judge=judge)
+        judged, jstats = rm_train.label_triples(records, groups, verifier, judge=judge)
     assert len(server.requests) == 12
     path, body = server.requests[0]
     assert path == "/v1/chat/completions" and body["model"] == "judge-x"
     assert body["temperature"] == 0.0 and body["max_tokens"] == 64
-    assert body["messages"][0] == {"role": "system", "content": train_rm.JUDGE_SYSTEM_PROMPT}
+    assert body["messages"][0] == {"role": "system", "content": rm_train.JUDGE_SYSTEM_PROMPT}
     user = body["messages"][1]["content"]
     assert "Reference answer:" in user and "Candidate solution:" in user
     assert jstats["judge/no_verdict"] == 2 and jstats["judge/disagree"] == 1
@@ -122,7 +124,7 @@ def _save_policy(path):
 def test_build_triples_cli_from_a_tiny_policy(tmp_path, capsys):
     _save_policy(tmp_path / "policy")
     out, held = tmp_path / "triples.jsonl", tmp_path / "held.jsonl"
-    stats = train_rm.main(["coop-train-rm", R + "mode=build_triples",
+    stats = rm_train.main(["coop-train-rm", R + "mode=build_triples",
                            R + f"policy_checkpoint={tmp_path / 'policy'}", R + "dataset=synthetic",
                            R + "num_examples=6", R + "samples_per_question=2",
                            "--config.eval.batch_size=6", "--config.verifier.num_workers=1",
@@ -133,7 +135,7 @@ def test_build_triples_cli_from_a_tiny_policy(tmp_path, capsys):
     assert stats["completions"] == 12
     assert len(rows) + len(held_rows) == 12 - stats["empty"] - stats["duplicates"] \
         - stats["verifier_timeouts"]
-    assert rows and all(list(r) == list(train_rm.TRIPLE_KEYS) for r in rows + held_rows)
+    assert rows and all(list(r) == list(TRIPLE_KEYS) for r in rows + held_rows)
     assert not {r["question"] for r in rows} & {r["question"] for r in held_rows}
     # The policy checkpoint's own lengths apply: at most 10 new characters.
     assert all(len(r["completion"]) <= 10 for r in rows)
@@ -147,11 +149,11 @@ def trained(tmp_path_factory, verifier):
     """A tiny RM trained through the CLI on rule-labelled synthetic triples."""
     tmp = tmp_path_factory.mktemp("rm")
     records, groups = synthetic_groups(120)
-    triples, _ = train_rm.label_triples(records, groups, verifier)
-    train, held = train_rm.split_triples(triples, 0.2, seed=0)
-    train_rm.write_triples(str(tmp / "train.jsonl"), train)
-    train_rm.write_triples(str(tmp / "held.jsonl"), held)
-    summary = train_rm.main(
+    triples, _ = rm_train.label_triples(records, groups, verifier)
+    train, held = rm_train.split_triples(triples, 0.2, seed=0)
+    write_triples(str(tmp / "train.jsonl"), train)
+    write_triples(str(tmp / "held.jsonl"), held)
+    summary = rm_train.main(
         ["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
          R + f"heldout={tmp / 'held.jsonl'}", R + f"workdir={tmp / 'work'}", R + f"epochs={EPOCHS}",
          R + "learning_rate=3e-3", R + "schedule=constant", R + "batch_size=16",
@@ -232,42 +234,50 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
 ])
 def test_coop_train_rm_flag_errors(args, message):
     with pytest.raises(UsageError, match=message):
-        train_rm.main(["coop-train-rm", *args])
+        rm_train.main(["coop-train-rm", *args])
 
 
 def test_train_errors_name_the_field(tmp_path, trained):
     tmp, _, _ = trained
     with pytest.raises(UsageError, match=r"config.rm_train.batch_size \(12\) must be a multiple"):
-        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
                        R + f"workdir={tmp_path / 'w'}", R + "batch_size=12", *RM_FLAGS])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "q", "reference": "1", "completion": "c"}) + "\n")
     with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
-        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
+        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
                        R + f"workdir={tmp_path / 'w'}"])
     # a rerun on a workdir resumes the run there, so it must have the same settings
     with pytest.raises(UsageError, match=r"holds an RM training with epochs=10, this run has 3"):
-        train_rm.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
                        R + f"workdir={tmp / 'work'}", *RM_FLAGS])
     with pytest.raises(UsageError, match="config.rm_train.checkpoint_every must be >= 0"):
-        train_rm.main(["coop-train-rm", R + "mode=train", R + "checkpoint_every=-1"])
+        rm_train.main(["coop-train-rm", R + "mode=train", R + "checkpoint_every=-1"])
     with pytest.raises(UsageError, match="config.rm_train.learning_rate must be > 0"):
-        train_rm.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])
+        rm_train.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])
+
+
+def _tiny_rm(seed: int = 0):
+    """(ModelConfig, host params, mesh) of a random 1-layer RM on 8 data shards."""
+    import jax
+
+    from coop_jax import config as config_lib
+    from coop_jax import parallel
+    section = config_lib.model_section(vocab_size=128, hidden_size=32, intermediate_size=64,
+                                       num_layers=1, num_heads=2, num_kv_heads=1)
+    mesh = parallel.make_mesh((8, 1, 1))
+    cfg, params, *_ = rm_train.load_rm(section, mesh, seed=seed)
+    return cfg, jax.device_get(params), mesh  # the step donates its state
 
 
 def test_gradient_accumulation_over_micro_batches_equals_one_batch():
     import jax
-    from ml_collections import ConfigDict
 
-    from coop_jax import config as config_lib
-    from coop_jax import parallel
-    from coop_jax.train_step import ModelState, make_optimizer, place_state
-    section = config_lib.model_section(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                       num_layers=1, num_heads=2, num_kv_heads=1)
-    mesh = parallel.make_mesh((8, 1, 1))
-    cfg, params, *_ = train_rm.load_rm(section, mesh, seed=0)
-    params = jax.device_get(params)  # the step donates its state
-    tx = make_optimizer(1e-2, total_steps=4, schedule="linear", weight_decay=0.01, grad_clip=1.0)
+    from coop_jax.train_step import place_state
+    cfg, params, mesh = _tiny_rm()
+    opts = rm_train.rm_train_section()
+    opts.update(learning_rate=1e-2, weight_decay=0.01, grad_clip=1.0, schedule="linear")
+    tx = rm_train.rm_optimizer(opts, total_steps=4)
     rng = np.random.default_rng(0)
     mask = np.arange(20)[None] < rng.integers(5, 21, size=(16, 1))
     host = {"tokens": rng.integers(0, 100, size=(16, 20)).astype(np.int32), "mask": mask,
@@ -275,11 +285,13 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
             "weight": np.r_[np.ones(13), np.zeros(3)].astype(np.float32)}
     results = []
     for micro in (1, 2, 4):
-        state = place_state(ModelState(params, tx.init(params)), mesh)
+        state = place_state(rm_train.RMState(np.asarray(0, np.int32), params, tx.init(params)),
+                            mesh)
         shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
-        step_fn, batch_sh = train_rm._make_step(cfg, tx, mesh, shardings, micro)
+        step_fn, batch_sh = loop._make_step(cfg, tx, mesh, shardings, micro)
         batch = {k: jax.device_put(v, batch_sh[k]) for k, v in host.items()}
         state, metrics = step_fn(state, batch)
+        assert int(state.step) == 1
         results.append((jax.device_get(state.params), jax.device_get(metrics)))
     (p1, m1), *rest = results
     for p, m in rest:
@@ -289,26 +301,65 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=2e-5), p, p1)
 
 
+def test_weight_decay_mask_spares_biases_and_norm_weights():
+    """With zero gradients AdamW's update is the decay alone: p <- p - lr * wd * p (constant lr
+    0.5, wd 0.1: 2.0 -> 1.9) on the decayed parameters; biases and norm weights stay at 2.0 under
+    "no_bias_norm", and every parameter is decayed under "all"."""
+    import jax
+
+    two = lambda *shape: np.full(shape, 2.0, np.float32)
+    params = {"embed_tokens": {"embedding": two(4, 2)},
+              "layers_0": {"input_layernorm": {"weight": two(2)},
+                           "post_attention_layernorm": {"weight": two(2)},
+                           "self_attn": {"q_proj": {"kernel": two(2, 2), "bias": two(2)}}},
+              "norm": {"weight": two(2)}, "score": {"kernel": two(2, 1)}}
+    spared = {"layers_0/input_layernorm/weight", "layers_0/post_attention_layernorm/weight",
+              "layers_0/self_attn/q_proj/bias", "norm/weight"}
+    opts = rm_train.rm_train_section()
+    opts.update(learning_rate=0.5, weight_decay=0.1, schedule="constant", grad_clip=1.0)
+    zeros = jax.tree_util.tree_map(np.zeros_like, params)
+    for mask, spared_value in (("no_bias_norm", 2.0), ("all", 1.9)):
+        opts.weight_decay_mask = mask
+        tx = rm_train.rm_optimizer(opts, total_steps=10)
+        updates, _ = tx.update(zeros, tx.init(params), params)
+        new = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(new)[0]:
+            name = "/".join(k.key for k in path)
+            expected = spared_value if name in spared else 1.9
+            np.testing.assert_allclose(leaf, expected, rtol=1e-6, err_msg=f"{mask}: {name}")
+    # a real RM's mask: its norm weights and biases are the parameters left out
+    _, rm_params, _ = _tiny_rm()
+    decays = {"/".join(k.key for k in path): bool(d) for path, d in
+              jax.tree_util.tree_flatten_with_path(
+                  rm_train.no_decay_on_bias_or_norm(rm_params))[0]}
+    off = sorted(n for n, d in decays.items() if not d)
+    assert "norm/weight" in off and any(n.endswith("bias") for n in off)
+    assert all(n.endswith(("norm/weight", "bias")) for n in off)
+    assert decays["score/kernel"] and decays["embed_tokens/embedding"]
+    opts.update(weight_decay_mask="biases", mode="train")
+    with pytest.raises(ValueError, match=r"config.rm_train.weight_decay_mask must be one of"):
+        rm_train.validate_rm_train(opts)
+
+
 def test_linear_schedule_and_overlong_triples():
-    from coop_jax import config as config_lib
-    from coop_jax.train_step import SCHEDULES
+    from coop_jax.optim import SCHEDULES
     lr = SCHEDULES["linear"](1.0, 2, 10)
     np.testing.assert_allclose([lr(0), lr(2), lr(6), lr(10)], [0.0, 1.0, 0.5, 0.0], atol=1e-6)
-    opts = config_lib.rm_train_section()
+    opts = rm_train.rm_train_section()
     assert (opts.schedule, opts.overlong, opts.max_chars, opts.warmup_ratio) == (
         "linear", "drop", 8000, 0.0)
     triples = [{"question": "q", "reference": "1", "completion": "x" * n, "label": 1}
                for n in (10, 7998, 7999)]
-    kept, dropped = train_rm.drop_overlong(triples, opts)
+    kept, dropped = rm_train.drop_overlong(triples, opts)
     assert [len(t["completion"]) for t in kept] == [10, 7998] and dropped == 1
     opts.overlong = "truncate"
-    assert train_rm.drop_overlong(triples, opts) == (triples, 0)
+    assert rm_train.drop_overlong(triples, opts) == (triples, 0)
     opts.overlong, opts.max_chars = "drop", 5
     with pytest.raises(ValueError, match="rm_train.max_chars"):
-        train_rm.drop_overlong(triples, opts)
+        rm_train.drop_overlong(triples, opts)
     opts.overlong, opts.mode = "keep", "train"
     with pytest.raises(ValueError, match="rm_train.overlong must be one of"):
-        config_lib.validate_rm_train(opts)
+        rm_train.validate_rm_train(opts)
 
 
 def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
@@ -320,14 +371,14 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
     from coop_jax.config import base_config
 
     records, groups = synthetic_groups(12, seed=5)
-    triples, _ = train_rm.label_triples(records, groups, verifier)
+    triples, _ = rm_train.label_triples(records, groups, verifier)
     train, held = triples[:20], triples[20:]  # 8 rows per step: 3 steps an epoch, 9 in all
     config = base_config()
     config.reward_model.update(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                                num_kv_heads=1, max_position_embeddings=128)
     config.rm_train.update(mode="train", epochs=3, batch_size=8, learning_rate=3e-3,
                            log_every=1, heldout_every=2, checkpoint_every=2, max_len=MAX_LEN)
-    make_step = train_rm._make_step
+    make_step = loop._make_step
 
     def interrupting(stop_at):  # the step function raises on its `stop_at`-th call
         def make(*args):
@@ -342,19 +393,19 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
             return step, batch_sh
         return make
 
-    full = train_rm.train_reward_model(config, train, str(tmp_path / "full"),
+    full = rm_train.train_reward_model(config, train, str(tmp_path / "full"),
                                        heldout_triples=held)
     work = str(tmp_path / "work")
     for stop_at, resumed in ((6, None), (3, 4), (None, 6), (1, 9)):
         # run 1 stops in step 6 (checkpoint at step 4, mid-epoch 2); run 2 resumes at 4 and stops
         # in step 7 (checkpoint at 6, epoch 2's end); run 3 finishes; run 4 finds it finished
-        monkeypatch.setattr(train_rm, "_make_step", interrupting(stop_at or 0))
+        monkeypatch.setattr(loop, "_make_step", interrupting(stop_at or 0))
         if stop_at in (6, 3):
             with pytest.raises(KeyboardInterrupt):
-                train_rm.train_reward_model(config, train, work, heldout_triples=held)
+                rm_train.train_reward_model(config, train, work, heldout_triples=held)
             assert not os.path.exists(os.path.join(work, "rm_summary.json"))
         else:
-            summary = train_rm.train_reward_model(config, train, work, heldout_triples=held)
+            summary = rm_train.train_reward_model(config, train, work, heldout_triples=held)
             assert summary["resumed_from_step"] == resumed
     rows = lambda d: [json.loads(line) for line in open(os.path.join(d, "rm_metrics.jsonl"))]
     assert rows(work) == rows(str(tmp_path / "full"))
@@ -366,3 +417,28 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
                                for d in ("work", "full"))
     jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
     assert meta["step"] == 9 and meta["rm_progress"]["done"]
+
+
+def test_verifyrm_config_is_the_paper_recipe():
+    """configs/verifyrm.py: 16,384 examples per AdamW step (128 per device x 32 accumulation x 4
+    processes in the reference) reached through micro-batches, 8,192 tokens, no character cut,
+    no weight decay on biases and norms."""
+    from conftest import repo_config
+
+    from coop_jax import config as config_lib
+    c = repo_config("verifyrm")
+    config_lib.validate(c, device_count=8)
+    opts = rm_train.resolve(c.rm_train)
+    assert opts.batch_size == 16384 == 128 * 32 * 4
+    assert opts.batch_size % (8 * opts.micro_batches) == 0  # 8 devices: 2 rows each at a time
+    fmt = rm_train.input_format(c)
+    assert fmt.max_len == 8192 and fmt.truncation_side == "right"
+    assert (opts.char_cut, opts.overlong, opts.max_chars) == (False, "drop", 8000)
+    assert (opts.weight_decay_mask, opts.weight_decay, opts.learning_rate) == (
+        "no_bias_norm", 0.01, 2e-5)
+    assert (opts.epochs, opts.schedule, opts.warmup_ratio, opts.grad_clip) == (
+        3, "linear", 0.0, 1.0)
+    # the CPU defaults stay small
+    defaults = rm_train.rm_train_section()
+    assert (defaults.batch_size, defaults.micro_batches, defaults.weight_decay_mask,
+            defaults.char_cut) == (16, 1, "all", True)

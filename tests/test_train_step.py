@@ -7,9 +7,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_model_config
-from coop_jax import models, parallel, rl
-from coop_jax.train_step import (StepConfig, bradley_terry_loss, init_state, jit_step,
-                                 make_optimizer, place_state, rm_rewards, state_shardings)
+from coop_jax import models, parallel, rl, train_step
+from coop_jax.optim import make_optimizer
+from coop_jax.registry import Options
+from coop_jax.train_batch import Behaviour, TrainBatch
+from coop_jax.train_step import (RMUpdate, StepConfig, bradley_terry_loss, init_state,
+                                 place_state, rm_rewards, state_shardings)
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
                            qkv_bias=True)
@@ -30,7 +33,7 @@ def _batch(seed=0, valid_pairs=(1, 0, 1, 1)):
     rm_mask[1::2, 8:] = False
     pm = np.ones((PROMPTS, L), bool)
     pm[::2, 9:] = False
-    return {
+    return TrainBatch.from_flat({
         "prompt_tokens": tok((rows, P)), "prompt_mask": prompt_mask, "tokens": tok((rows, N)),
         "mask": mask, "rewards": rng.integers(0, 2, rows).astype(np.float32),
         "loss_weight": np.ones(rows, np.float32), "rm_tokens": tok((rows, L)), "rm_mask": rm_mask,
@@ -38,7 +41,20 @@ def _batch(seed=0, valid_pairs=(1, 0, 1, 1)):
         "pair_pos_tokens": tok((PROMPTS, L)), "pair_pos_mask": pm,
         "pair_neg_tokens": tok((PROMPTS, L)), "pair_neg_mask": pm[::-1].copy(),
         "pair_valid": np.asarray(valid_pairs, np.float32),
-    }
+    })
+
+
+def jit_step(*args, **kwargs):
+    """`train_step.jit_step` whose second output is the step's metrics (`StepOutputs.metrics`)."""
+    step = train_step.jit_step(*args, **kwargs)
+
+    def run(state, batch):
+        new_state, outputs = step(state, batch)
+        return new_state, outputs.metrics
+    return run
+
+
+RM_REWARD = dict(device_reward="rm", reward_options=Options.of(threshold=False), rm=RM)
 
 
 # Adam divides by sqrt(v): on entries whose gradient is ~0 it amplifies float reassociation noise
@@ -91,8 +107,8 @@ def test_sharded_step_equals_unsharded():
 def test_cooper_joint_step_equals_separate_updates():
     batch = _batch(1)
     mesh = parallel.make_mesh((2, 2, 2))
-    joint_cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
-                           train_rm=True, kernel_impl="xla")
+    joint_cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                           rm_update=RMUpdate(), kernel_impl="xla")
     state = _state(True)
     shard = lambda tree, cfg: jax.device_put(tree, parallel.param_shardings(cfg, mesh))
     state = state.replace(policy=state.policy.replace(params=shard(state.policy.params, POLICY)),
@@ -102,16 +118,15 @@ def test_cooper_joint_step_equals_separate_updates():
     joint, metrics = jit_step(joint_cfg, TX, RM_TX, donate=False)(state, batch)
 
     # 1) the policy update alone, with rewards from the PRE-update RM passed as batch rewards
-    proxy, _ = rm_rewards(before_rm, joint_cfg, jnp.asarray(batch["rm_tokens"]),
-                          jnp.asarray(batch["rm_mask"]))
+    proxy, _ = rm_rewards(before_rm, RM, jnp.asarray(batch.rm.tokens), jnp.asarray(batch.rm.mask))
     policy_only = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla")
     alone, alone_metrics = jit_step(policy_only, TX, donate=False)(
-        _state(False), dict(batch, rewards=np.asarray(proxy)))
+        _state(False), batch.replace(rewards=np.asarray(proxy)))
     _close(joint.policy.params, alone.policy.params)
     np.testing.assert_allclose(metrics["reward_mean"], np.mean(np.asarray(proxy)), atol=1e-6)
 
     # 2) the RM update alone: Bradley-Terry on the valid pairs with its own optimizer
-    grads = jax.grad(lambda p: bradley_terry_loss(p, RM, batch)[0])(before_rm)
+    grads = jax.grad(lambda p: bradley_terry_loss(p, RM, batch.pairs)[0])(before_rm)
     updates, _ = RM_TX.update(grads, RM_TX.init(before_rm), before_rm)
     import optax
     _close(joint.rm.params, optax.apply_updates(before_rm, updates))
@@ -120,16 +135,16 @@ def test_cooper_joint_step_equals_separate_updates():
     moved = jax.tree_util.tree_map(lambda a, b: float(np.max(np.abs(a - b))), joint.rm.params,
                                    before_rm)
     assert max(jax.tree_util.tree_leaves(moved)) > 1e-4
-    proxy_after, _ = rm_rewards(joint.rm.params, joint_cfg, jnp.asarray(batch["rm_tokens"]),
-                                jnp.asarray(batch["rm_mask"]))
+    proxy_after, _ = rm_rewards(joint.rm.params, RM, jnp.asarray(batch.rm.tokens),
+                                jnp.asarray(batch.rm.mask))
     assert not np.allclose(proxy_after, proxy)
 
 
 def test_no_valid_pair_rm_step_zero_gradient_by_default_or_skipped():
     import dataclasses
     import optax
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
-                     train_rm=True, kernel_impl="xla")
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                     rm_update=RMUpdate(), kernel_impl="xla")
     state = _state(True)
     before = jax.device_get(state.rm)
     # default (the reference): AdamW on zero gradients, so weight decay shrinks the weights
@@ -141,7 +156,7 @@ def test_no_valid_pair_rm_step_zero_gradient_by_default_or_skipped():
     assert max(np.abs(a - b).max() for a, b in zip(jax.tree_util.tree_leaves(new.rm.params),
                                                     jax.tree_util.tree_leaves(before.params))) > 0
     # rm_skip_no_pair: no RM step at all
-    skip = dataclasses.replace(cfg, rm_skip_no_pair=True)
+    skip = dataclasses.replace(cfg, rm_update=RMUpdate(skip_no_pair=True))
     new, _ = jit_step(skip, TX, RM_TX, donate=False)(state, _batch(2, (0, 0, 0, 0)))
     _close(new.rm.params, before.params, atol=0)
     _close(new.rm.opt_state, before.opt_state, atol=0)
@@ -153,7 +168,7 @@ def test_equal_rewards_give_zero_advantage_and_no_nan():
     tx = make_optimizer(1e-2, weight_decay=0.0)
     policy = models.init_params(POLICY, jax.random.key(0))
     state = init_state(policy, tx)
-    batch = dict(_batch(3), rewards=np.ones(G * PROMPTS, np.float32))
+    batch = _batch(3).replace(rewards=np.ones(G * PROMPTS, np.float32))
     new, metrics = jit_step(cfg, tx, donate=False)(state, batch)
     assert float(metrics["advantage_abs_mean"]) == 0.0
     assert np.isfinite(float(metrics["loss"])) and float(metrics["grad_norm"]) == 0.0
@@ -162,14 +177,14 @@ def test_equal_rewards_give_zero_advantage_and_no_nan():
 
 @pytest.mark.parametrize("source", ["hybrid"])
 def test_hybrid_reward_keeps_rule_strata(source):
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source=source, rm=RM,
-                     kernel_impl="xla", hybrid_rm_weight=0.4)
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, device_reward=source, rm=RM,
+                     kernel_impl="xla", reward_options=Options.of(weight=0.4))
     state = _state(True)
     batch = _batch(4)
     from coop_jax.train_step import compute_rewards
-    rewards, _ = compute_rewards(state, cfg, {k: jnp.asarray(v) for k, v in batch.items()})
+    rewards, _, _ = compute_rewards(state, cfg, jax.tree_util.tree_map(jnp.asarray, batch))
     rewards = np.asarray(rewards)
-    rule = batch["rewards"] > 0.5
+    rule = batch.rewards > 0.5
     assert np.all(rewards[rule] >= 0.6) and np.all(rewards[~rule] <= 0.4)
 
 
@@ -186,11 +201,11 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     on_policy, metrics = step(state, batch)
     assert float(metrics["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
     own = np.asarray(_logprobs(state.policy.params, cfg, batch)[0])
-    same, same_metrics = step(state, dict(batch, behaviour_logprobs=own))
+    same, same_metrics = step(state, batch.replace(behaviour=Behaviour(own)))
     _close(same.policy.params, on_policy.policy.params, atol=1e-6)
     assert float(same_metrics["loss"]) == pytest.approx(float(metrics["loss"]), abs=1e-6)
     # a behaviour policy 0.5 nats less likely on every token: ratio e^0.5, KL(old) 0.5^2 / 2
-    _, stale = step(state, dict(batch, behaviour_logprobs=own - 0.5))
+    _, stale = step(state, batch.replace(behaviour=Behaviour(own - 0.5)))
     assert float(stale["ratio_mean"]) == pytest.approx(np.exp(0.5), rel=1e-4)
     assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
 
@@ -208,10 +223,10 @@ def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     calls, real = [], train_step._logprobs
     monkeypatch.setattr(train_step, "_logprobs", lambda *a: calls.append(1) or real(*a))
     recomputed, recomputed_metrics = jit_step(cfg, tx, donate=False)(
-        state, dict(batch, behaviour_logprobs=own))
+        state, batch.replace(behaviour=Behaviour(own)))
     traced_with_forward, calls[:] = len(calls), []
     given, metrics = jit_step(cfg, tx, donate=False)(
-        state, dict(batch, behaviour_logprobs=own, behaviour_entropy=entropy + 1.0))
+        state, batch.replace(behaviour=Behaviour(own, entropy + 1.0)))
     assert len(calls) == traced_with_forward - 1  # the update's own forward passes remain
     _close(given.policy.params, recomputed.policy.params, atol=1e-6)
     assert float(metrics["loss"]) == pytest.approx(float(recomputed_metrics["loss"]), abs=1e-6)
@@ -230,8 +245,8 @@ def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
     cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, ppo_epochs=2, kernel_impl="xla",
                      num_minibatches=2 if views == 1 else 1, num_views=views)
     batch = _batch(7)
-    batch["loss_weight"] = np.tile(np.float32([1.0, 0.5, 0.0, 1.0]), G)  # uneven token weights
-    batch["mask"][4:8, 1:] = False  # micro-batches with very different token counts
+    batch = batch.replace(loss_weight=np.tile(np.float32([1.0, 0.5, 0.0, 1.0]), G))  # uneven
+    batch.mask[4:8, 1:] = False  # micro-batches with very different token counts
     ref, ref_metrics = jit_step(cfg, TX, donate=False)(_state(False), batch)
     micro = dataclasses.replace(cfg, micro_batches=2)
     got, metrics = jit_step(micro, TX, donate=False)(_state(False), batch)
@@ -247,13 +262,40 @@ def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
 def test_cooper_rm_micro_batches_give_the_same_update():
     """cooper.micro_batches=2 (with rl.micro_batches=2): the RM's pair gradient accumulated in
     halves over the step's valid-pair count equals one pass; metrics too."""
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, reward_source="rm", rm=RM,
-                     train_rm=True, kernel_impl="xla")
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                     rm_update=RMUpdate(), kernel_impl="xla")
     batch = _batch(2, valid_pairs=(1, 1, 0, 1))  # 2 valid pairs in one half, 1 in the other
     ref, ref_metrics = jit_step(cfg, TX, RM_TX, donate=False)(_state(True), batch)
-    micro = dataclasses.replace(cfg, micro_batches=2, rm_micro_batches=2)
+    micro = dataclasses.replace(cfg, micro_batches=2, rm_update=RMUpdate(micro_batches=2))
     got, metrics = jit_step(micro, TX, RM_TX, donate=False)(_state(True), batch)
     _close(got.rm.params, ref.rm.params)
     _close(got.policy.params, ref.policy.params)
     for name in ("rm_loss", "rm_pair_acc_before", "rm_valid_pairs", "rm_grad_norm"):
         assert float(metrics[name]) == pytest.approx(float(ref_metrics[name]), rel=1e-5), name
+
+
+def test_bradley_terry_loss_and_gradient_by_hand(monkeypatch):
+    """A linear scorer, score = sum_t w[token_t] over the mask, on 2 valid pairs and 1 masked:
+        pair 1: r+ = w1 + w3 = 3.0, r- = 2 w2 = -1.0, margin 4
+        pair 2: r+ = w1 = 1.0, r- = w3 = 2.0, margin -1
+    loss = (-log s(4) - log s(-1)) / 2 = (0.0181499 + 1.3132617) / 2 = 0.6657058, and
+    dL/dw = -1/2 [(1 - s(4)) (e1 + e3 - 2 e2) + (1 - s(-1)) (e1 - e3)]
+          = [0, -0.3745224, 0.0179862, 0.3565362]  (1 - s(4) = 0.0179862, 1 - s(-1) = 0.7310586).
+    The masked third pair (margin -10) counts neither in the loss nor in the mean."""
+    from coop_jax.train_batch import PairBatch
+    monkeypatch.setattr(train_step.models, "reward_scores",
+                        lambda params, cfg, tokens, mask: (params["w"][tokens] * mask).sum(-1))
+    pairs = PairBatch(pos_tokens=jnp.array([[1, 3], [1, 0], [0, 0]]),
+                      pos_mask=jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]]),
+                      neg_tokens=jnp.array([[2, 2], [3, 0], [3, 3]]),
+                      neg_mask=jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]),
+                      valid=jnp.array([1.0, 1.0, 0.0]))
+    params = {"w": jnp.array([0.0, 1.0, -0.5, 2.0])}
+    (loss, metrics), grads = jax.value_and_grad(bradley_terry_loss, has_aux=True)(
+        params, None, pairs)
+    assert float(loss) == pytest.approx(0.6657058, abs=1e-6)
+    np.testing.assert_allclose(grads["w"], [0.0, -0.3745224, 0.0179862, 0.3565362], atol=1e-6)
+    assert float(metrics["rm_pair_acc"]) == 0.5 and float(metrics["rm_valid_pairs"]) == 2.0
+    # as a micro-batch of a step with 4 valid pairs: the same sums over twice the count
+    half, _ = bradley_terry_loss(params, None, pairs, num_valid=jnp.float32(4.0))
+    assert float(half) == pytest.approx(0.6657058 / 2, abs=1e-6)

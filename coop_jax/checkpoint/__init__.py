@@ -16,8 +16,8 @@ STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "
 
 
 def _items(state) -> dict[str, Any]:
-    """The saved items of `state`; `state.policy` may be None (a reward-model-only state, as
-    written by `coop-train-rm`)."""
+    """The saved items of a coop-train `TrainState`; `state.policy` may be None (a
+    reward-model-only state)."""
     items = {"ref_params": state.ref_params}
     if state.policy is not None:
         items.update(policy_params=state.policy.params, policy_opt_state=state.policy.opt_state)
@@ -76,19 +76,32 @@ class Checkpointer:
              force: bool = True) -> None:
         """`host_items`: further named trees of arrays (numpy, or global row arrays such as the
         pending rollouts), read back by `load_host_item` / `load_rows_item`."""
-        args = {name: ocp.args.StandardSave(tree)
-                for name, tree in (_items(state) | (host_items or {})).items()}
+        self.save_items(step, _items(state) | (host_items or {}), meta, force=force)
+
+    def save_items(self, step: int, items: dict[str, Any], meta: dict, *,
+                   force: bool = True) -> None:
+        """Named trees of arrays and the JSON `meta` as checkpoint `step` (a state of another
+        trainer than coop-train's: e.g. coop-train-rm's `rm_params` / `rm_opt_state`, which
+        `load_item` and `load_model(..., "rm")` read)."""
+        args = {name: ocp.args.StandardSave(tree) for name, tree in items.items()}
         args["meta"] = ocp.args.JsonSave(meta)
         self._manager.save(step, args=ocp.args.Composite(**args), force=force)
         self._manager.wait_until_finished()
 
-    def restore(self, state, step: int | None = None):
-        """(state with restored values and the shardings of `state`, meta) at `step` or latest."""
+    def restore_items(self, items: dict[str, Any], step: int | None = None
+                      ) -> tuple[dict[str, Any], dict]:
+        """(the named trees saved at `step` or latest, restored with the shapes, dtypes and
+        shardings of `items`; meta)."""
         step = self._step(step)
-        items = _items(state)
         args = {name: ocp.args.StandardRestore(_abstract(tree)) for name, tree in items.items()}
         args["meta"] = ocp.args.JsonRestore()
         out = self._manager.restore(step, args=ocp.args.Composite(**args))
+        return {name: out[name] for name in items}, dict(out["meta"])
+
+    def restore(self, state, step: int | None = None):
+        """(state with restored values and the shardings of `state`, meta) at `step` or latest."""
+        step = self._step(step)
+        out, meta = self.restore_items(_items(state), step)
         policy = state.policy
         if policy is not None:
             policy = policy.replace(params=out["policy_params"],
@@ -98,7 +111,7 @@ class Checkpointer:
         if state.rm is not None:
             new = new.replace(rm=state.rm.replace(params=out["rm_params"],
                                                   opt_state=out["rm_opt_state"]))
-        return new, dict(out["meta"])
+        return new, meta
 
     def read_meta(self, step: int | None = None) -> dict:
         step = self._step(step)
@@ -154,7 +167,8 @@ class Checkpointer:
 
 
 def load_model(directory: str, which: str = "policy", step: int | None = None, mesh=None):
-    """(ModelConfig, params, meta) of the policy or the RM saved by `coop-train` in `directory`
+    """(ModelConfig, params, meta) of the policy or the RM saved by `coop-train` (or the RM saved
+    by `coop-train-rm`: items `rm_params`, meta `rm_model_config`) in `directory`
     (a workdir or its `checkpoints/` folder); with `mesh`, the params are restored straight into
     their `parallel.param_shardings` on it (every process must call)."""
     if which not in ("policy", "rm"):

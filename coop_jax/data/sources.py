@@ -18,11 +18,11 @@ from typing import Any, Callable
 from coop_jax.data.synthetic import SPLITS as SYNTHETIC_SPLITS
 from coop_jax.data.synthetic import SyntheticConfig, make_dataset
 from coop_jax.jsonl import JsonlError, iter_jsonl
+from coop_jax.registry import Registry
 
 Record = dict[str, Any]
 logger = logging.getLogger(__name__)
 
-DATASETS = ("synthetic", "gsm8k", "math500", "math")
 # Default synthetic split sizes when load_split gets num_examples=None.
 SYNTHETIC_SPLIT_SIZES = {"train": 4096, "test": 256}
 _CALC_RE = re.compile(r"<<[^<>]*>>")
@@ -199,12 +199,22 @@ def load_math_jsonl(path: str | os.PathLike, *, id_prefix: str | None = None,
     return _read_jsonl(path, lambda row, i: _math_row(row, i, prefix), with_rows=with_rows)
 
 
-_FILE_DATASETS: dict[str, tuple[Callable[..., tuple[list, SkipStats]], tuple[str, ...]]] = {
-    "gsm8k": (load_gsm8k_jsonl, ("train", "test")),
-    "math500": (load_math_jsonl, ("test",)),
-    "math": (load_math_jsonl, ("train", "test")),
-}
-FILE_SPLITS = {name: splits for name, (_, splits) in _FILE_DATASETS.items()}
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A `data.dataset` option: its splits, and the reader of a split's JSONL file (None: the
+    generated synthetic task)."""
+    splits: tuple[str, ...]
+    reader: Callable[..., tuple[list, SkipStats]] | None = None
+
+
+DATASETS: Registry[Dataset] = Registry("data.dataset")
+DATASETS.register("synthetic", Dataset(tuple(SYNTHETIC_SPLITS)),
+                  doc="generated arithmetic problems (coop_jax.data.synthetic)")
+DATASETS.register("gsm8k", Dataset(("train", "test"), load_gsm8k_jsonl),
+                  doc="GSM8K JSONL (question, answer with '#### <number>')")
+DATASETS.register("math500", Dataset(("test",), load_math_jsonl), doc="MATH500 JSONL")
+DATASETS.register("math", Dataset(("train", "test"), load_math_jsonl), doc="MATH JSONL")
+FILE_SPLITS = {name: d.splits for name, d in DATASETS.items() if d.reader is not None}
 
 
 def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) -> str:
@@ -220,7 +230,7 @@ def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) ->
 def _split_reader(dataset: str, split: str, data_dir: str | os.PathLike | None
                   ) -> tuple[Callable[..., tuple[list, SkipStats]], str]:
     """The reader and the file of a file dataset's split (split and data_dir checked)."""
-    reader, splits = _FILE_DATASETS[dataset]
+    reader, splits = DATASETS[dataset].reader, DATASETS[dataset].splits
     if split not in splits:
         raise ValueError(f"split for {dataset!r} must be one of {splits}, got {split!r}")
     if data_dir is None:
@@ -233,8 +243,8 @@ def read_split_rows(dataset: str, split: str, data_dir: str | os.PathLike
                     ) -> tuple[str, list[tuple[dict, Record]], SkipStats]:
     """``(path, [(raw JSON row, record)], stats)`` of a file dataset's split: the raw rows keep
     every field of the file (for tools that write an augmented copy); malformed rows are skipped."""
-    if dataset not in _FILE_DATASETS:
-        raise ValueError(f"dataset must be one of {list(_FILE_DATASETS)}, got {dataset!r}")
+    if dataset not in FILE_SPLITS:
+        raise ValueError(f"dataset must be one of {list(FILE_SPLITS)}, got {dataset!r}")
     reader, path = _split_reader(dataset, split, data_dir)
     pairs, stats = reader(path, id_prefix=f"{dataset}-{split}", with_rows=True)
     return path, pairs, stats

@@ -3,17 +3,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from coop_jax.registry import Registry
+
 # "{question}" is substituted with str.replace (not str.format) because questions and the boxed
 # template itself contain literal braces.
-PROMPT_TEMPLATES: dict[str, str] = {
-    # Cooper / verl GSM8K convention.
-    "gsm8k": '{question} Let\'s think step by step and output the final answer after "####".',
-    # Co-rewarding / MATH convention.
-    "boxed": "{question} Let's think step by step and output the final answer within \\boxed{}.",
-    # Minimal template for the tiny character-level demo model: "7+12-5 = ".
-    "synthetic": "{question} = ",
-    "raw": "{question}",
-}
+PROMPT_TEMPLATES: Registry[str] = Registry("data.prompt_template")
+PROMPT_TEMPLATES.register(
+    "gsm8k", '{question} Let\'s think step by step and output the final answer after "####".',
+    doc="Cooper / verl GSM8K convention")
+PROMPT_TEMPLATES.register(
+    "boxed", "{question} Let's think step by step and output the final answer within \\boxed{}.",
+    doc="Co-rewarding / MATH convention")
+PROMPT_TEMPLATES.register(
+    "synthetic", "{question} = ",
+    doc='minimal template for the tiny character-level demo model: "7+12-5 = "')
+PROMPT_TEMPLATES.register("raw", "{question}", doc="the question alone")
 # The template each dataset's answers are written for (the CLIs' default).
 DEFAULT_TEMPLATES: dict[str, str] = {"synthetic": "synthetic", "gsm8k": "gsm8k",
                                      "math500": "boxed", "math": "boxed"}

@@ -13,6 +13,7 @@ inputs follow its checkpoint's `reward_model.question_format` / `truncation_side
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ from coop_jax.config import base_config, resolve_mesh_shape
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            load_split)
-from coop_jax.eval.evaluate import evaluate_policy
+from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
 from coop_jax.rm_scoring import evaluate_reward_model
@@ -281,16 +282,19 @@ def _evaluate_policy(f, t0: float) -> dict:
         raise UsageError(f"--dataset={dataset} --split={f.split}: {e}") from e
     log.info("evaluating %d %s/%s problems, template %r", len(records), dataset, f.split,
                  template)
-    with RuleVerifier(num_workers=int(config.verifier.num_workers),
-                      timeout_s=float(config.verifier.timeout_s)) as verifier:
+    workers, timeout = int(config.verifier.num_workers), float(config.verifier.timeout_s)
+    with contextlib.ExitStack() as stack:
+        verifier = stack.enter_context(RuleVerifier(num_workers=workers, timeout_s=timeout))
         report, rows = evaluate_policy(
             params, cfg, tokenizer, records, template=template, chat=chat, verifier=verifier,
             k=f.k, temperature=f.temperature, top_p=f.top_p, greedy=f.greedy,
             max_prompt_len=_pick(f.max_prompt_len, config.data.max_prompt_len),
             max_new_tokens=_pick(f.max_new_tokens, config.rollout.max_new_tokens),
             batch_size=_pick(f.batch_size, config.eval.batch_size), seed=f.seed,
-            kernel_impl=config.kernels.impl)
+            kernel_impl=config.kernels.impl,
+            also=strict_verifiers(dataset, workers, timeout, stack))
     report.update(mode="policy", source=source, dataset=dataset, split=f.split,
+                  headline_verifier="lenient",
                   data_dir=os.path.abspath(data_dir) if data_dir else None,
                   wall_seconds=time.time() - t0)
     _write_outputs(f.out, report, rows)

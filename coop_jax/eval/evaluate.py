@@ -18,6 +18,22 @@ from coop_jax.stats import BOOTSTRAP, ci, pass_at_k
 from coop_jax.verify.grouped import verify_across_hosts
 
 
+# Headline accuracy is lenient (math-verify-style equivalence) on every dataset, so runs of
+# different reward types compare; where the references validate with a stricter scorer, it is
+# reported beside it under "strict" (Cooper validates GSM8K with verl's strict "#### <number>").
+STRICT_EVAL_EXTRACTION = {"gsm8k": "strict_hash"}
+
+
+def strict_verifiers(dataset: str, num_workers: int, timeout_s: float, stack) -> dict:
+    """{"strict": a RuleVerifier} for a dataset with a reference strict scorer, else {}; the
+    verifier lives as long as `stack` (a contextlib.ExitStack)."""
+    from coop_jax.verify import RuleVerifier
+    mode = STRICT_EVAL_EXTRACTION.get(dataset)
+    if mode is None:
+        return {}
+    return {"strict": stack.enter_context(RuleVerifier(num_workers, timeout_s, extraction=mode))}
+
+
 def _check_records(records: Sequence[dict]) -> None:
     if not records:
         raise ValueError("records is empty")
@@ -31,11 +47,13 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
                  greedy: tuple[list[list[str]], list[list[int]]] | None = None,
                  sampled: tuple[list[list[str]], list[list[int]]] | None = None,
                  truncated: dict[str, list[list[bool]]] | None = None,
-                 ) -> tuple[dict, list[dict]]:
+                 also: dict[str, Any] | None = None) -> tuple[dict, list[dict]]:
     """Verify given completions and build the report and per-sample rows (no model involved).
 
     ``greedy`` / ``sampled`` are ``(texts, lengths)`` per problem, as from
     ``sampling.generate_completions``; greedy groups hold one completion, sampled groups k each.
+    ``also``: further verifiers by name (e.g. GSM8K's strict one), whose greedy accuracy and
+    avg@k go to ``report[name]``; ``verifier`` gives the headline numbers and the rows.
     """
     _check_records(records)
     if greedy is None and sampled is None:
@@ -57,6 +75,11 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
             raise ValueError(f"every problem needs the same (>= 1) number of {mode} completions")
         results = verify_across_hosts(verifier, references, texts)
         correct = np.array([[res.correct for res in group] for group in results], np.float64)
+        for name, other in (also or {}).items():
+            again = verify_across_hosts(other, references, texts)
+            right = np.array([[res.correct for res in group] for group in again], np.float64)
+            report.setdefault(name, {})["greedy_accuracy" if mode == "greedy" else "avg_at_k"] = \
+                ci(right[:, 0] if mode == "greedy" else right.mean(axis=1))
         for i, (rec, group) in enumerate(zip(records, results)):
             for j, res in enumerate(group):
                 rows.append({"id": rec.get("id", str(i)), "prompt": prompts[i],
@@ -88,13 +111,14 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                     template: str, chat: bool = False, verifier=None, k: int = 8,
                     temperature: float = 0.7, top_p: float = 0.95, greedy: bool = True,
                     max_prompt_len: int, max_new_tokens: int, batch_size: int = 64, seed: int = 0,
-                    kernel_impl: str = "auto") -> tuple[dict, list[dict]]:
+                    kernel_impl: str = "auto", also: dict[str, Any] | None = None
+                    ) -> tuple[dict, list[dict]]:
     """Greedy accuracy and/or avg@k, pass@k (k samples per problem), mean response length,
     each ``{"mean", "ci_low", "ci_high"}`` with a bootstrap 95% interval over problems.
 
     ``k=0`` skips sampling (the training loop's fast periodic greedy eval). Rows are one per
     completion: ``{id, prompt, reference, completion, extracted, correct, mode, sample_index,
-    length}`` with mode "greedy" or "sampled".
+    length}`` with mode "greedy" or "sampled". ``also``: as in `score_policy`.
     """
     _check_records(records)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -117,7 +141,7 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                                             seed=seed + 1, **common)
         gens["sampled"], truncated["sampled"] = (texts, lens), trunc
     report, rows = score_policy(records, prompts, verifier, greedy=gens.get("greedy"),
-                                sampled=gens.get("sampled"), truncated=truncated)
+                                sampled=gens.get("sampled"), truncated=truncated, also=also)
     report.update(greedy=bool(greedy), temperature=float(temperature) if k else None,
                   top_p=float(top_p) if k else None, max_new_tokens=int(max_new_tokens),
                   max_prompt_len=int(max_prompt_len), template=template, chat=bool(chat),

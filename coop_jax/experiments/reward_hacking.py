@@ -27,11 +27,11 @@ import time
 import jax
 import numpy as np
 
-from coop_jax import checkpoint, hf, parallel, sft, train, train_rm
+from coop_jax import checkpoint, hf, parallel, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
-from coop_jax.rm_input import RMInputFormat
+from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
@@ -101,21 +101,21 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     tokenizer = lm.tokenizer()
     records, _, _ = train.load_records(config)
     with RuleVerifier(config.verifier.num_workers, config.verifier.timeout_s) as verifier:
-        triples, stats = train_rm.build_triples(
+        triples, stats = rm_train.build_triples(
             lm.params, lm.config, tokenizer, records[:e.rm_questions], verifier=verifier,
             template=config.data.prompt_template, samples_per_question=e.samples_per_question,
             temperature=config.rollout.temperature, max_prompt_len=config.data.max_prompt_len,
             max_new_tokens=config.rollout.max_new_tokens, seed=config.seed)
-        train_set, heldout = train_rm.split_triples(triples, e.heldout_fraction, config.seed)
+        train_set, heldout = rm_train.split_triples(triples, e.heldout_fraction, config.seed)
         rewrites = consistent_wrong_triples(heldout, verifier, config.seed)
     heldout = heldout + rewrites
-    stats |= {"train": train_rm.label_balance(train_set) | {"kinds": _kinds(train_set)},
-              "heldout": train_rm.label_balance(heldout) | {"kinds": _kinds(heldout)},
+    stats |= {"train": rm_train.label_balance(train_set) | {"kinds": _kinds(train_set)},
+              "heldout": rm_train.label_balance(heldout) | {"kinds": _kinds(heldout)},
               "heldout_consistent_wrong_rewrites": len(rewrites)}
     log.info("RM triples: %s", json.dumps(stats))
     os.makedirs(out_dir, exist_ok=True)
-    train_rm.write_triples(paths[0], train_set)
-    train_rm.write_triples(paths[1], heldout)
+    write_triples(paths[0], train_set)
+    write_triples(paths[1], heldout)
     with open(os.path.join(out_dir, "triples_stats.json"), "w") as fh:
         json.dump(stats, fh, indent=2)
     return paths
@@ -139,12 +139,13 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     if os.path.exists(summary_path):
         with open(summary_path) as fh:
             return json.load(fh)
-    heldout = train_rm.read_triples(heldout_path)
+    heldout = read_triples(heldout_path)
     cpu = time.process_time()
-    summary = train_rm.train_reward_model(config, train_rm.read_triples(train_path), out_dir,
+    summary = rm_train.train_reward_model(config, read_triples(train_path), out_dir,
                                           heldout_triples=heldout)
     summary["cpu_seconds"] = time.process_time() - cpu
-    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout, train_rm.rm_input(config))
+    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout,
+                                                 rm_train.input_format(config))
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import plot_rm_learning_curve

@@ -13,9 +13,20 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from coop_jax.registry import Registry
+
 M_INIT = -1e30  # finite "minus infinity": keeps (m_old - m_new) * 0 free of NaN
 GREEDY_TEMPERATURE = 1e-6
-IMPLS = ("auto", "reference", "xla", "pallas", "pallas_tpu", "pallas_gpu")
+IMPLS = Registry("kernels.impl")
+for _name, _doc in (
+        ("auto", "Pallas on TPU / GPU (Mosaic / Triton), XLA on CPU or without a mesh"),
+        ("reference", "the plain jnp reference (materialises the logits)"),
+        ("xla", "the chunked XLA fallback"),
+        ("pallas", "the Pallas kernel of the backend (TPU or GPU)"),
+        ("pallas_tpu", "the Mosaic TPU kernel"),
+        ("pallas_gpu", "the Triton GPU kernel")):
+    IMPLS.register(_name, _name, doc=_doc)
+del _name, _doc
 CONCRETE_IMPLS = ("reference", "xla", "pallas_tpu", "pallas_gpu")
 
 
@@ -30,7 +41,7 @@ def resolve_impl(impl: str, interpret: object, on_mesh: bool = False,
     compiling for TPU topologies ahead of time on a CPU host.
     """
     if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
     backend = backend or jax.default_backend()
     if impl == "auto":
         if not on_mesh and jax.device_count() > 1:

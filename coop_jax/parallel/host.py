@@ -138,16 +138,14 @@ def mesh_of(tree) -> Mesh | None:
     return None
 
 
-def global_batch(batch: Mapping[str, np.ndarray], mesh: Mesh,
-                 parts: Mapping[str, int] | None = None) -> dict[str, jax.Array]:
-    """`global_rows` of every field of a host batch, each with its `row_sharding` (and its
-    number of `parts`, default 1)."""
-    out = {}
-    for key, local in batch.items():
+def global_batch(tree, mesh: Mesh, parts: int = 1):
+    """`global_rows` of every array of a tree of host rows (a dict, a `TrainBatch`, ...), each
+    with its `row_sharding`, every host's block made of `parts` parts (None stays None)."""
+    def one(local):
         local = np.asarray(local)
         shape = (local.shape[0] * jax.process_count(),) + local.shape[1:]
-        out[key] = global_rows(local, row_sharding(mesh, shape), (parts or {}).get(key, 1))
-    return out
+        return global_rows(local, row_sharding(mesh, shape), parts)
+    return None if tree is None else jax.tree_util.tree_map(one, tree)
 
 
 def gather_rows(local: np.ndarray) -> np.ndarray:

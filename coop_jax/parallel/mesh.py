@@ -183,7 +183,7 @@ def maybe_initialize_distributed(mesh_config: ml_collections.ConfigDict | bool) 
     if isinstance(mesh_config, bool):
         enabled, mesh_config = mesh_config, None
     else:
-        enabled = bool(mesh_config.get("distributed", False))
+        enabled = bool(mesh_config.distributed)
     if jax.distributed.is_initialized():
         logging.info("jax.distributed is already initialised (process %d of %d); not starting it "
                      "again", jax.process_index(), jax.process_count())

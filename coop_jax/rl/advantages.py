@@ -49,12 +49,14 @@ ADVANTAGES: Registry[AdvantageFn] = Registry(
     "rl.advantage", {"grpo": grpo, "drgrpo": drgrpo, "rloo": rloo})
 
 
-def compute_advantages(name: str, rewards: jax.Array, *, eps: float = 1e-6) -> jax.Array:
-    """Advantages ``[num_groups, G]`` of rewards ``[num_groups, G]`` with estimator ``name``."""
+def compute_advantages(name: str, rewards: jax.Array, *, eps: float = 1e-6,
+                       **options) -> jax.Array:
+    """Advantages ``[num_groups, G]`` of rewards ``[num_groups, G]`` with estimator ``name``;
+    ``options``: the parameters it declared (``ADVANTAGES.params(name)``)."""
     fn = ADVANTAGES.lookup(name, "advantage")
     rewards = jnp.asarray(rewards)
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [num_groups, G], got shape {rewards.shape}")
     if not jnp.issubdtype(rewards.dtype, jnp.floating):
         rewards = rewards.astype(jnp.float32)
-    return fn(rewards, eps)
+    return fn(rewards, eps, **options)

@@ -3,6 +3,8 @@
 With ``log r = logp - ref_logp`` (r = pi / pi_ref, tokens sampled from pi):
 k1 = log r, k2 = 1/2 (log r)^2, k3 = exp(-log r) - 1 + log r (>= 0, unbiased, low variance).
 ``low_var_kl`` is k3 as verl computes it: log r clamped to [-20, 20], result clamped to [-10, 10].
+The names follow verl's `kl_penalty`: there "k3" IS the clamped ``low_var_kl``, so here too;
+Schulman's k3 without the clamps is ``k3_unclamped``.
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def k2(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
     return 0.5 * jnp.square(logp - ref_logp)
 
 
-def k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-    """exp(-log r) - 1 + log r, unclamped."""
+def k3_unclamped(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
+    """exp(-log r) - 1 + log r, unclamped (Schulman's k3)."""
     log_r = logp - ref_logp
     return jnp.exp(-log_r) - 1.0 + log_r
 
@@ -39,7 +41,8 @@ def low_var_kl(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
 
 
 KL_ESTIMATORS: Registry[KLFn] = Registry(
-    "rl.kl_estimator", {"k1": k1, "k2": k2, "k3": k3, "low_var_kl": low_var_kl})
+    "rl.kl_estimator", {"k1": k1, "k2": k2, "k3_unclamped": k3_unclamped, "low_var_kl": low_var_kl})
+KL_ESTIMATORS.register("k3", low_var_kl, doc="verl's name for low_var_kl (the clamped k3)")
 
 
 def kl_penalty(name: str, logp: jax.Array, ref_logp: jax.Array) -> jax.Array:

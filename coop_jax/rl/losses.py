@@ -21,6 +21,8 @@ AggFn = Callable[[jax.Array, jax.Array, int], jax.Array]
 
 # Bound on |log ratio| before exp (as verl): keeps exp finite and its gradient NaN-free.
 _MAX_LOG_RATIO = 20.0
+# verl's GSPO bound on the sequence log ratio (from above; below, _MAX_LOG_RATIO still applies)
+_GSPO_MAX_LOG_RATIO = 10.0
 
 
 def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
@@ -52,20 +54,48 @@ def seq_mean_token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int)
     return jnp.sum(_masked(values, weights)) / (values.shape[0] * max_len)
 
 
+def seq_mean_token_sum(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
+    """Token sum per sequence, mean over all B sequences (verl's seq-mean-token-sum)."""
+    del max_len
+    return jnp.sum(_masked(values, weights)) / values.shape[0]
+
+
+def token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
+    """Sum over valid tokens / max_len, per micro-batch: verl's seq-mean-token-sum-norm (Dr.GRPO
+    as the references run it). Not divided by B: see NORMALISERS."""
+    return jnp.sum(_masked(values, weights)) / max_len
+
+
+_rows = lambda weights, max_len: jnp.float32(weights.shape[0])  # noqa: E731
+# aggregations whose loss depends on the micro-batch split (see NORMALISERS)
+PER_MICRO_BATCH = ("micro_token_mean", "token_sum_norm")
+
 AGGREGATIONS: Registry[AggFn] = Registry("rl.aggregation", {
     "token_mean": token_mean,
     "seq_mean_token_mean": seq_mean_token_mean,
     "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+    "seq_mean_token_sum": seq_mean_token_sum,
+    "token_sum_norm": token_sum_norm,
 })
+AGGREGATIONS.register("micro_token_mean", token_mean,
+                      doc="token mean of each micro-batch, averaged over the micro-batches")
 
 # The denominator of each aggregation (it depends on the weights only). For any split of a
 # batch's rows into parts, agg(batch) = sum_k agg(part_k) * norm(part_k) / norm(batch): what
 # gradient accumulation over micro-batches needs to reproduce the whole batch's loss.
+# The two per-micro-batch forms of the references (micro_token_mean, token_sum_norm) weigh every
+# micro-batch by its rows instead, 1 / rl.micro_batches each, as verl's gradient accumulation
+# does: their loss depends on how the mini-batch is split (with token_sum_norm the mini-batch's
+# loss is sum / (max_len * micro_batches), i.e. the learning rate of seq_mean_token_sum_norm
+# times the micro-batch size B / micro_batches).
 NORMALISERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "token_mean": lambda weights, max_len: jnp.sum(weights),
     "seq_mean_token_mean": lambda weights, max_len: jnp.sum(
         (jnp.sum(weights, axis=-1) > 0).astype(jnp.float32)),
     "seq_mean_token_sum_norm": lambda weights, max_len: jnp.float32(weights.shape[0] * max_len),
+    "seq_mean_token_sum": _rows,
+    "token_sum_norm": _rows,
+    "micro_token_mean": _rows,
 }
 # policy_loss metrics reduced with the loss's aggregation; its other metrics are token means
 AGGREGATED_METRICS = ("loss", "pg_loss", "kl", "entropy")
@@ -133,7 +163,7 @@ def _sequence_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array
     """
     delta = jnp.where(weights > 0, logp - old_logp, 0.0)
     log_s = _safe_div(jnp.sum(delta * weights, axis=-1), jnp.sum(weights, axis=-1))
-    log_s = jnp.clip(jax.lax.stop_gradient(log_s), -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    log_s = jnp.clip(jax.lax.stop_gradient(log_s), -_MAX_LOG_RATIO, _GSPO_MAX_LOG_RATIO)
     lp = jnp.where(weights > 0, logp, 0.0)
     return log_s[:, None] + lp - jax.lax.stop_gradient(lp)
 
@@ -186,6 +216,16 @@ class LossConfig:
         AGGREGATIONS.lookup(self.aggregation, "LossConfig.aggregation")
         KL_ESTIMATORS.lookup(self.kl_estimator, "LossConfig.kl_estimator")
         _check_max_len(self.agg_max_len, "LossConfig.agg_max_len")
+
+    @classmethod
+    def from_config(cls, rl_section) -> "LossConfig":
+        """The loss options of a config's `rl` section (`clip_ratio_c` 0 = off; with
+        `kl_in_reward` the KL leaves the loss for the reward)."""
+        r = rl_section
+        return cls(clip_eps_low=r.clip_eps_low, clip_eps_high=r.clip_eps_high,
+                   clip_ratio_c=r.clip_ratio_c or None, ratio_level=r.ratio_level,
+                   aggregation=r.aggregation, kl_coef=0.0 if r.kl_in_reward else r.kl_coef,
+                   kl_estimator=r.kl_estimator, entropy_coef=r.entropy_coef)
 
 
 def _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy) -> None:

@@ -6,6 +6,7 @@ trainer's assistant endpoint.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import urllib.request
@@ -30,32 +31,34 @@ def chat_completions_url(url: str) -> str:
 
 
 def http_chat(url: str, model: str, temperature: float = 0.7, timeout_s: float = 120.0,
-              top_p: float = 1.0, drop_truncated: bool = False
+              top_p: float = 1.0, drop_truncated: bool = False, concurrency: int = 1
               ) -> Callable[[Sequence[tuple[list[dict], int]]], list[str | None]]:
     """An OpenAI-compatible chat-completions endpoint: `chat([(messages, max_tokens), ...])` gives
     one reply per request, None where the request failed (or, with `drop_truncated`, where the
-    reply stopped at max_tokens)."""
+    reply stopped at max_tokens); with `concurrency` > 1, that many requests are in flight at a
+    time (threads), the replies in request order."""
     endpoint = chat_completions_url(url)
 
+    def one(messages: list[dict], max_tokens: int) -> str | None:
+        body = {"model": model, "temperature": temperature, "max_tokens": max_tokens,
+                "messages": messages}
+        if top_p < 1.0:
+            body["top_p"] = top_p
+        request = urllib.request.Request(endpoint, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                choice = json.load(response)["choices"][0]
+            text = choice["message"]["content"]
+        except (OSError, KeyError, IndexError, TypeError, ValueError):
+            return None
+        return None if drop_truncated and choice.get("finish_reason") == "length" else text
+
     def chat(requests: Sequence[tuple[list[dict], int]]) -> list[str | None]:
-        out = []
-        for messages, max_tokens in requests:
-            body = {"model": model, "temperature": temperature, "max_tokens": max_tokens,
-                    "messages": messages}
-            if top_p < 1.0:
-                body["top_p"] = top_p
-            request = urllib.request.Request(endpoint, data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                    choice = json.load(response)["choices"][0]
-                text = choice["message"]["content"]
-                if drop_truncated and choice.get("finish_reason") == "length":
-                    text = None
-                out.append(text)
-            except (OSError, KeyError, IndexError, TypeError, ValueError):
-                out.append(None)
-        return out
+        if concurrency <= 1 or len(requests) <= 1:
+            return [one(*r) for r in requests]
+        with concurrent.futures.ThreadPoolExecutor(min(concurrency, len(requests))) as pool:
+            return list(pool.map(lambda r: one(*r), requests))
 
     return chat
 
