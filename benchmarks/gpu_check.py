@@ -291,7 +291,7 @@ def section_cooper(s: dict, smoke: bool) -> dict:
             batch[name] = rng.integers(1, cfg.valid_vocab, sds.shape).astype(np.int32)
         elif "mask" in name:
             batch[name] = np.ones(sds.shape, sds.dtype)
-        elif name in ("rewards", "rule_labels", "pair_valid"):
+        elif name in ("rewards", "pair_valid"):
             batch[name] = (rng.random(sds.shape) > 0.5).astype(np.float32)
         elif name == "loss_weight":
             batch[name] = np.ones(sds.shape, np.float32)

@@ -172,7 +172,7 @@ def abstract_batch(config, mesh=None) -> TrainBatch:
               "tokens": ((rows, n), np.int32), "mask": ((rows, n), np.bool_),
               "rewards": ((rows,), np.float32), "reward_bonus": ((rows,), np.float32),
               "loss_weight": ((rows,), np.float32), "rm_tokens": ((rows, rm_len), np.int32),
-              "rm_mask": ((rows, rm_len), np.int32), "rule_labels": ((rows,), np.float32),
+              "rm_mask": ((rows, rm_len), np.int32),
               "pair_pos_tokens": ((b, rm_len), np.int32), "pair_pos_mask": ((b, rm_len), np.int32),
               "pair_neg_tokens": ((b, rm_len), np.int32), "pair_neg_mask": ((b, rm_len), np.int32),
               "pair_valid": ((b,), np.float32)}

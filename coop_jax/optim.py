@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import re
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -82,3 +84,24 @@ def accumulate_gradients(loss_fn, params, micro) -> tuple[tuple[Any, Any], Any]:
         return jax.tree_util.tree_map(jnp.add, total, grad_fn(params, micro_batch)), None
 
     return jax.lax.scan(body, zeros, micro)[0]
+
+
+# Hugging Face Trainer's rule (`Trainer.get_decay_parameter_names`), on the parameter's path
+_NO_DECAY = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
+
+
+def _path_name(path) -> str:
+    return ".".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path).lower()
+
+
+def no_decay_on_bias_or_norm(params):
+    """The AdamW mask (True: decayed) that leaves out biases and norm weights: a parameter whose
+    path matches HF Trainer's patterns (bias, layernorm, rmsnorm, norm, *_norm) is not decayed."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: _NO_DECAY.search(_path_name(path)) is None, params)
+
+
+# rm_train.weight_decay_mask -> optax.adamw's `mask` (None: every parameter is decayed)
+WEIGHT_DECAY_MASKS = Registry("rm_train.weight_decay_mask")
+WEIGHT_DECAY_MASKS.register("all", None, doc="weight decay on every parameter (the RL optimiser)")
+WEIGHT_DECAY_MASKS.register("no_bias_norm", no_decay_on_bias_or_norm)

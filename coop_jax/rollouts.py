@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from coop_jax import cooper, data, parallel, rewards, rl, sampling
+from coop_jax import cooper, data, parallel, rewards, rl, sampling, stats
 from coop_jax.registry import Options
 from coop_jax.rm_input import RMInputFormat
 from coop_jax.train_batch import Behaviour, RMInputs, TrainBatch
@@ -91,6 +91,7 @@ class PreparedBatch:
     batch: TrainBatch
     metrics: dict
     pending: concurrent.futures.Future | None = None
+    labels: np.ndarray | None = None  # the rule labels of view 0's rollouts (None: pending)
 
 
 # ---------------------------------------------------------------------- sample
@@ -151,12 +152,27 @@ def score_rollouts(setup: RolloutSetup, records: list[dict], rollouts: DecodedRo
     return ScoredRollouts(host_rewards, labels, extracted, pending, metrics | host_metrics)
 
 
-def finish_rule_labels(pending: concurrent.futures.Future, scores: np.ndarray) -> dict:
-    """Rule accuracy (and its agreement with this host's rows of the RM's scores) from labels
-    verified while the device updated."""
+def finish_rule_labels(pending: concurrent.futures.Future) -> tuple[np.ndarray, dict]:
+    """(labels, rule accuracy metrics) of labels verified while the device updated."""
     labels, _, timeouts = pending.result()
-    return {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts,
-            "rm_rule_agreement": float(np.mean((scores > 0) == (labels > 0.5)))}
+    return labels, {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts}
+
+
+def rm_label_metrics(scores: np.ndarray, labels: np.ndarray, group_size: int,
+                     suffix: str = "") -> dict:
+    """How well an RM's raw scores of this step's rollouts agree with their rule labels (the
+    hacking measure, on the policy's own rollouts): pointwise accuracy (score > 0 as "correct"),
+    AUC, and the pairwise accuracy of correct over wrong rollouts of the same prompt (ties 1/2;
+    None when the step has no such pair)."""
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
+    wins = pairs = 0.0
+    for s, c in zip(scores.reshape(-1, group_size), labels.reshape(-1, group_size)):
+        diff = s[c][:, None] - s[~c][None, :]  # every (correct, wrong) pair of the group
+        wins += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
+        pairs += diff.size
+    return {f"rm_rule_agreement{suffix}": float(np.mean((scores > 0) == labels)),
+            f"rm_onpolicy_auc{suffix}": stats.roc_auc(scores, labels.astype(np.float64)),
+            f"rm_onpolicy_pair_accuracy{suffix}": wins / pairs if pairs else None}
 
 
 # ---------------------------------------------------------------------- the batch
@@ -191,8 +207,7 @@ def make_batch(setup: RolloutSetup, records, rollouts: DecodedRollouts, scored: 
     rows = [(records[i // g]["question"], records[i // g]["reference"], t)
             for i, t in enumerate(rollouts.texts[0])]
     tokens, mask = setup.rm_format.tokenize(setup.rm_tokenizer, rows)
-    return batch.replace(rm=RMInputs(tokens, mask,
-                                     scored.labels if scored.pending is None else None))
+    return batch.replace(rm=RMInputs(tokens, mask))
 
 
 # ---------------------------------------------------------------------- pairs (Cooper)
@@ -229,13 +244,13 @@ def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],
     metrics.update(response_length=float(np.asarray(out.lengths).mean()),
                    truncated_fraction=float(np.asarray(out.truncated).mean()),
                    generated_tokens=int(np.asarray(out.mask).sum()))
-    return PreparedBatch(batch, metrics, scored.pending)
+    return PreparedBatch(batch, metrics, scored.pending, scored.labels)
 
 
 def collect(setup: RolloutSetup, state, step: int, records: list[dict], tools: HostTools,
             draw: int = 0) -> PreparedBatch:
     """Rollouts of the state's policy, then the host half of the step (`prepare_batch`)."""
-    samples = sample_rollouts(setup, state.policy.params, state.ref_params, records,
+    samples = sample_rollouts(setup, state.policy_weights(), state.ref_params, records,
                               rollout_key(setup.config, step, draw))
     return prepare_batch(setup, step, records, samples, tools)
 
@@ -302,13 +317,13 @@ class RolloutFeed:
                 return collect_informative(self.setup, state, step, self.pipeline, self.tools)
             return collect(self.setup, state, step, self.pipeline.next_batch(), self.tools)
         if self.ahead is None:
-            self._prepare_ahead(step, state.policy.params)
+            self._prepare_ahead(step, state.policy_weights())
         t0 = time.perf_counter()
         prepared = self.ahead.prepared.result()
         prepared.metrics["time/rollout_wait"] = time.perf_counter() - t0
         self.ahead = None
         if step + 1 < c.train.steps:
-            self._prepare_ahead(step + 1, state.policy.params)
+            self._prepare_ahead(step + 1, state.policy_weights())
         return prepared
 
     def _prepare_ahead(self, step: int, params, samples: SampledRollouts | None = None) -> None:

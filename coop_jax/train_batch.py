@@ -8,8 +8,7 @@ structure (a pytree), not a runtime switch:
 
   behaviour  the sampler's log-probs (and entropies) of the rollouts: rollout.overlap, whose
              rollouts come from the previous step's policy
-  rm         the reward model's inputs of view 0's rollouts (RM rewards, Cooper), with the rule
-             labels when they are known before the update
+  rm         the reward model's inputs of view 0's rollouts (RM rewards, Cooper)
   pairs      Cooper's (positive, negative) pair per prompt for the RM update
 
 `TrainBatch.to_global` is the one place where host-local rows become global arrays
@@ -34,9 +33,8 @@ class Behaviour(flax.struct.PyTreeNode):
 
 
 class RMInputs(flax.struct.PyTreeNode):
-    tokens: Array                    # [R, L] the RM's input of each rollout (coop_jax.rm_input)
-    mask: Array                      # [R, L]
-    rule_labels: Array | None = None  # [R] 0/1; None while they are still being verified
+    tokens: Array  # [R, L] the RM's input of each rollout (coop_jax.rm_input)
+    mask: Array    # [R, L]
 
 
 class PairBatch(flax.struct.PyTreeNode):
@@ -76,15 +74,15 @@ class TrainBatch(flax.struct.PyTreeNode):
         return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *views)
 
     def to_flat(self) -> dict[str, Any]:
-        """Every array under a flat name (`rm_tokens`, `pair_valid`, `behaviour_logprobs`,
-        `rule_labels`, ...): the inverse of `from_flat`, for row-wise host code (dynamic
-        sampling's group selection)."""
+        """Every array under a flat name (`rm_tokens`, `pair_valid`, `behaviour_logprobs`, ...):
+        the inverse of `from_flat`, for row-wise host code (dynamic sampling's group
+        selection)."""
         flat = {k: v for k, v in vars(self).items() if k not in ("behaviour", "rm", "pairs")}
         for prefix, group in (("behaviour_", self.behaviour), ("rm_", self.rm),
                               ("pair_", self.pairs)):
             for k, v in vars(group).items() if group is not None else ():
                 if v is not None:
-                    flat["rule_labels" if k == "rule_labels" else prefix + k] = v
+                    flat[prefix + k] = v
         return flat
 
     @classmethod
@@ -95,8 +93,6 @@ class TrainBatch(flax.struct.PyTreeNode):
         group = lambda prefix: {k[len(prefix):]: arrays.pop(k) for k in list(arrays)
                                 if k.startswith(prefix)}
         behaviour, rm, pairs = group("behaviour_"), group("rm_"), group("pair_")
-        if "rule_labels" in arrays:
-            rm["rule_labels"] = arrays.pop("rule_labels")
         arrays.setdefault("reward_bonus", np.zeros(arrays["rewards"].shape, np.float32))
         arrays.setdefault("loss_weight", np.ones(arrays["rewards"].shape, np.float32))
         return cls(**arrays, behaviour=Behaviour(**behaviour) if behaviour else None,
@@ -105,6 +101,6 @@ class TrainBatch(flax.struct.PyTreeNode):
 
 class StepOutputs(flax.struct.PyTreeNode):
     """What the compiled step returns beside the new state."""
-    metrics: dict             # scalars of the step
-    rm_scores: Array | None = None  # [R] the reward RM's raw scores, when the rule labels were
-    # not in the batch (the host compares them with the labels once they are verified)
+    metrics: dict                         # scalars of the step
+    rm_scores: Array | None = None        # [R] the reward RM's raw scores of the rollouts
+    rm_scores_after: Array | None = None  # [R] ... under the RM after this step's update

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from coop_jax import models, rl
+from coop_jax.models import lora
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
                             split_micro_batches)
@@ -36,8 +37,20 @@ Array = jax.Array
 class TrainState(flax.struct.PyTreeNode):
     step: Array
     policy: ModelState
-    ref_params: Any = None  # frozen KL reference (None when kl_coef == 0)
+    ref_params: Any = None  # frozen KL reference (None when kl_coef == 0, and with LoRA)
     rm: ModelState | None = None  # the co-trained reward model (Cooper)
+    # LoRA (`model.lora`, `reward_model.lora`): the frozen base parameters; `policy.params` /
+    # `rm.params` (and their AdamW state) are then only the trainable part (`models.lora.split`)
+    policy_base: Any = None
+    rm_base: Any = None
+
+    def policy_weights(self):
+        """The policy's full parameter tree (the base with its adapters under LoRA)."""
+        return lora.combine(self.policy_base, self.policy.params)
+
+    def rm_weights(self):
+        """The RM's full parameter tree (None without an RM)."""
+        return None if self.rm is None else lora.combine(self.rm_base, self.rm.params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +76,8 @@ class StepConfig:
     # update, one micro-batch's activations live at a time
     micro_batches: int = 1
     kl_in_reward: bool = False
+    # LoRA: the KL reference is the policy's frozen base (`TrainState.policy_base`), no copy
+    kl_to_base: bool = False
     kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
     device_reward: str = "batch"  # a DEVICE_REWARDS name: how the step computes rewards
     reward_options: Options = Options()  # its declared parameters
@@ -108,10 +123,11 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
     return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
 
 
-def _logprobs(params, cfg: StepConfig, rows):
-    """(log-probs, entropies) of the rollouts of `rows` (a TrainBatch or a mini-batch dict)."""
+def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = None):
+    """(log-probs, entropies) of the rollouts of `rows` (a TrainBatch or a mini-batch dict) under
+    `params` of the policy (or of `model`, e.g. the LoRA policy's base)."""
     get = (lambda k: rows[k]) if isinstance(rows, dict) else (lambda k: getattr(rows, k))
-    return response_logprobs(params, cfg.policy, get("prompt_tokens"), get("prompt_mask"),
+    return response_logprobs(params, model or cfg.policy, get("prompt_tokens"), get("prompt_mask"),
                              get("tokens"), get("mask"), temperature=cfg.temperature,
                              impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
 
@@ -146,14 +162,11 @@ def _batch_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, option
 
 
 def _rm_scores(state: TrainState, cfg: StepConfig, batch: TrainBatch, threshold: bool = False):
-    proxy, scores = rm_rewards(state.rm.params, cfg.rm, batch.rm.tokens, batch.rm.mask,
+    proxy, scores = rm_rewards(state.rm_weights(), cfg.rm, batch.rm.tokens, batch.rm.mask,
                                threshold)
     metrics = {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
-    if batch.rm.rule_labels is None:  # still being verified on the host: it compares them
-        return proxy, scores, metrics, scores
-    rule = batch.rm.rule_labels.astype(jnp.float32)
-    metrics["rm_rule_agreement"] = jnp.mean((scores > 0) == (rule > 0.5))
-    return proxy, scores, metrics, None
+    # the host compares the raw scores with the rollouts' rule labels (`rollouts.rm_label_metrics`)
+    return proxy, scores, metrics, scores
 
 
 @register_device_reward("rm", needs_rm=True, params={"threshold": Param("reward.threshold")})
@@ -202,7 +215,7 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
 
     def view_losses(params, rows):
         """Per-view policy losses [V] and metrics of `rows` (a mini- or micro-batch)."""
-        logp, entropy = _logprobs(params, cfg, rows)
+        logp, entropy = _logprobs(lora.combine(state.policy_base, params), cfg, rows)
         return jax.vmap(
             lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,
                                                              ref_logp=ref, entropy=ent))(
@@ -245,16 +258,16 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
 def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, pairs: PairBatch
                ) -> tuple[ModelState, dict]:
     opts = cfg.rm_update
+    loss = lambda p, *args: bradley_terry_loss(lora.combine(state.rm_base, p), cfg.rm, *args)
     if opts.micro_batches == 1:
-        updated, metrics, grads = gradient_step(bradley_terry_loss, state.rm, rm_tx, cfg.rm,
-                                                pairs)
+        updated, metrics, grads = gradient_step(loss, state.rm, rm_tx, pairs)
     else:  # the pairs' gradient accumulated over micro-batches, divided by the step's count
         if pairs.valid.shape[0] % opts.micro_batches:
             raise ValueError(f"cooper.micro_batches ({opts.micro_batches}) must divide the "
                              f"{pairs.valid.shape[0]} pairs of a step (prompts_per_step)")
         count = pairs.valid.astype(jnp.float32).sum()
         (_, metrics), grads = accumulate_gradients(
-            lambda p, micro: bradley_terry_loss(p, cfg.rm, micro, count), state.rm.params,
+            lambda p, micro: loss(p, micro, count), state.rm.params,
             split_micro_batches(pairs, opts.micro_batches))
         updated = apply_gradients(state.rm, rm_tx, grads)
     new = updated  # no pair: the loss has zero gradient, AdamW still steps
@@ -275,7 +288,7 @@ def _old_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch) -> tupl
         old_logp, entropy = behaviour.logprobs.astype(jnp.float32), \
             behaviour.entropy.astype(jnp.float32)
     else:
-        old_logp, entropy = _logprobs(state.policy.params, cfg, batch)
+        old_logp, entropy = _logprobs(state.policy_weights(), cfg, batch)
         if behaviour is not None:  # pending rollouts saved without their entropies
             old_logp = behaviour.logprobs.astype(jnp.float32)
     return jax.lax.stop_gradient(old_logp), entropy
@@ -288,8 +301,11 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     rewards, metrics, rm_scores = compute_rewards(state, cfg, batch)
     old_logp, entropy = _old_logprobs(state, cfg, batch)
     ref_logp = None
-    if state.ref_params is not None:
-        ref_logp = jax.lax.stop_gradient(_logprobs(state.ref_params, cfg, batch)[0])
+    ref, ref_model = state.ref_params, None
+    if cfg.kl_to_base:
+        ref, ref_model = state.policy_base, lora.without(cfg.policy)
+    if ref is not None:
+        ref_logp = jax.lax.stop_gradient(_logprobs(ref, cfg, batch, ref_model)[0])
         if cfg.kl_in_reward:
             kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
             rewards = rl.fold_kl_into_rewards(rewards, kl, batch.mask, cfg.kl_coef_in_reward)
@@ -304,20 +320,26 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean(),
                    rollout_entropy=(entropy * batch.mask).sum() / jnp.maximum(
                        batch.mask.sum(), 1))
-    rm = state.rm
+    rm, rm_scores_after = state.rm, None
     if cfg.rm_update is not None:
         rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch.pairs)
         metrics.update(rm_metrics)
+        # the updated RM on the same rollouts: does the co-trained RM follow the policy?
+        rm_scores_after = models.reward_scores(lora.combine(state.rm_base, rm.params), cfg.rm,
+                                               batch.rm.tokens, batch.rm.mask)
     return (state.replace(step=state.step + 1, policy=policy, rm=rm),
-            StepOutputs(metrics, rm_scores))
+            StepOutputs(metrics, rm_scores, rm_scores_after))
 
 
-def init_state(policy_params, tx, *, ref_params=None, rm_params=None, rm_tx=None) -> TrainState:
+def init_state(policy_params, tx, *, ref_params=None, rm_params=None, rm_tx=None,
+               policy_base=None, rm_base=None) -> TrainState:
+    """`policy_params` / `rm_params`: what trains (the adapters under LoRA, with the frozen
+    `policy_base` / `rm_base`); the optimizers' state covers only them."""
     rm = None
     if rm_params is not None:
         rm = ModelState(rm_params, rm_tx.init(rm_params) if rm_tx is not None else None)
     return TrainState(jnp.zeros((), jnp.int32), ModelState(policy_params, tx.init(policy_params)),
-                      ref_params, rm)
+                      ref_params, rm, policy_base, rm_base)
 
 
 def place_state(state: TrainState, mesh) -> TrainState:

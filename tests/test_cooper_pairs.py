@@ -260,3 +260,20 @@ def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifi
         cooper.NEGATIVE_STRATEGIES.unregister("_test_echo")
     with pytest.raises(ValueError, match="cooper.negative='nope' is not one of"):
         cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)
+
+
+def test_rm_label_metrics_by_hand():
+    """Two prompts, G = 3. Group 0: correct rollouts scored 2 and -1, a wrong one 0.5: pairs
+    (2 > 0.5) yes, (-1 > 0.5) no. Group 1: correct 1, wrong 1 and -3: a tie (1/2) and a win.
+    Pairwise: (1 + 0 + 0.5 + 1) / 4 = 0.625. Pointwise (score > 0 as correct): rows
+    [2+, -1+, 0.5-, 1+, 1-, -3-] -> right on 2, 1, -3: 3/6. AUC over all 3 correct x 3 wrong:
+    2 beats all 3; -1 beats -3 only; 1 beats 0.5 and -3, ties 1: (3 + 1 + 2.5) / 9."""
+    from coop_jax.rollouts import rm_label_metrics
+    scores = np.array([2.0, -1.0, 0.5, 1.0, 1.0, -3.0])
+    labels = np.array([1, 1, 0, 1, 0, 0], np.float32)
+    m = rm_label_metrics(scores, labels, 3, "_after")
+    assert m["rm_onpolicy_pair_accuracy_after"] == pytest.approx(0.625)
+    assert m["rm_rule_agreement_after"] == pytest.approx(0.5)
+    assert m["rm_onpolicy_auc_after"] == pytest.approx(6.5 / 9)
+    none = rm_label_metrics(scores, np.ones(6), 3)  # no wrong rollout: no pair to rank
+    assert none["rm_onpolicy_pair_accuracy"] is None and np.isnan(none["rm_onpolicy_auc"])

@@ -49,7 +49,8 @@ def _component(module: str) -> str:
 
 # component -> components it must never import
 LOWER = {"models", "kernels", "parallel", "sampling", "rl", "verify"}
-TRAINING = {"train", "train_step", "rm_train", "cooper", "rewards", "config", "sft", "export"}
+TRAINING = {"train", "train_step", "train_batch", "rm_train", "rollouts", "cooper", "rewards",
+            "sft", "export"}
 FORBIDDEN = {
     "models": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
     "kernels": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
@@ -93,6 +94,24 @@ def test_dependencies_point_one_way(component):
     bad = [(m, d) for m, deps in GRAPH.items() if _component(m) == component
            for d in deps if _component(d) in FORBIDDEN[component]]
     assert not bad, f"{component} imports a higher layer: {bad}"
+
+
+def _reachable(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for dep in GRAPH[todo.pop()] - seen:
+            seen.add(dep)
+            todo.append(dep)
+    return seen
+
+
+@pytest.mark.parametrize("component", ["eval", "config"])
+def test_evaluation_and_the_config_schema_never_reach_training_code(component):
+    """Not even transitively: `coop-eval` (and the config schema it reads) runs without
+    importing the trainer, the compiled step, Cooper or the reward sources."""
+    bad = {(m, d) for m in MODULES if _component(m) == component for d in _reachable(m)
+           if _component(d) in TRAINING}
+    assert not bad, sorted(bad)
 
 
 def test_data_library_stays_below_training_and_evaluation():

@@ -50,8 +50,13 @@ def test_every_reward_type_trains(reward_type, tmp_path):
         assert np.isfinite(r["loss"]) and 0.0 <= r["rule_accuracy"] <= 1.0
     if reward_type in ("static_rm", "cooper", "hybrid"):
         assert "rm_rule_agreement" in rows[0] and "proxy_reward_mean" in rows[0]
+    if reward_type in ("static_rm", "cooper", "hybrid"):  # the RM on the policy's rollouts
+        assert all(0.0 <= r["rm_onpolicy_auc"] <= 1.0 for r in rows
+                   if r.get("rm_onpolicy_auc") is not None)
+        assert "rm_onpolicy_pair_accuracy" in rows[0]
     if reward_type == "cooper":
         assert "rm_loss" in rows[0] and "pairs/valid" in rows[0]
+        assert "rm_rule_agreement_after" in rows[0] and "rm_onpolicy_auc_after" in rows[0]
         _check_export(tmp_path)
     if reward_type in ("majority_vote", "corewarding_1", "corewarding_2"):
         assert "pseudo_label_accuracy" in rows[0]

@@ -11,7 +11,8 @@ from absl.app import UsageError
 from conftest import save_tiny_policy
 from fake_openai import FakeOpenAI
 
-from coop_jax import data, rm_train
+from coop_jax import config as config_lib
+from coop_jax import data, optim, rm_train
 from coop_jax.rm_input import TRIPLE_KEYS, write_triples
 from coop_jax.rm_train import loop
 from coop_jax.verify import RuleVerifier
@@ -275,7 +276,7 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
 
     from coop_jax.train_step import place_state
     cfg, params, mesh = _tiny_rm()
-    opts = rm_train.rm_train_section()
+    opts = config_lib.rm_train_section()
     opts.update(learning_rate=1e-2, weight_decay=0.01, grad_clip=1.0, schedule="linear")
     tx = rm_train.rm_optimizer(opts, total_steps=4)
     rng = np.random.default_rng(0)
@@ -315,7 +316,7 @@ def test_weight_decay_mask_spares_biases_and_norm_weights():
               "norm": {"weight": two(2)}, "score": {"kernel": two(2, 1)}}
     spared = {"layers_0/input_layernorm/weight", "layers_0/post_attention_layernorm/weight",
               "layers_0/self_attn/q_proj/bias", "norm/weight"}
-    opts = rm_train.rm_train_section()
+    opts = config_lib.rm_train_section()
     opts.update(learning_rate=0.5, weight_decay=0.1, schedule="constant", grad_clip=1.0)
     zeros = jax.tree_util.tree_map(np.zeros_like, params)
     for mask, spared_value in (("no_bias_norm", 2.0), ("all", 1.9)):
@@ -331,21 +332,21 @@ def test_weight_decay_mask_spares_biases_and_norm_weights():
     _, rm_params, _ = _tiny_rm()
     decays = {"/".join(k.key for k in path): bool(d) for path, d in
               jax.tree_util.tree_flatten_with_path(
-                  rm_train.no_decay_on_bias_or_norm(rm_params))[0]}
+                  optim.no_decay_on_bias_or_norm(rm_params))[0]}
     off = sorted(n for n, d in decays.items() if not d)
     assert "norm/weight" in off and any(n.endswith("bias") for n in off)
     assert all(n.endswith(("norm/weight", "bias")) for n in off)
     assert decays["score/kernel"] and decays["embed_tokens/embedding"]
     opts.update(weight_decay_mask="biases", mode="train")
     with pytest.raises(ValueError, match=r"config.rm_train.weight_decay_mask must be one of"):
-        rm_train.validate_rm_train(opts)
+        config_lib.validate_rm_train(opts)
 
 
 def test_linear_schedule_and_overlong_triples():
     from coop_jax.optim import SCHEDULES
     lr = SCHEDULES["linear"](1.0, 2, 10)
     np.testing.assert_allclose([lr(0), lr(2), lr(6), lr(10)], [0.0, 1.0, 0.5, 0.0], atol=1e-6)
-    opts = rm_train.rm_train_section()
+    opts = config_lib.rm_train_section()
     assert (opts.schedule, opts.overlong, opts.max_chars, opts.warmup_ratio) == (
         "linear", "drop", 8000, 0.0)
     triples = [{"question": "q", "reference": "1", "completion": "x" * n, "label": 1}
@@ -359,7 +360,7 @@ def test_linear_schedule_and_overlong_triples():
         rm_train.drop_overlong(triples, opts)
     opts.overlong, opts.mode = "keep", "train"
     with pytest.raises(ValueError, match="rm_train.overlong must be one of"):
-        rm_train.validate_rm_train(opts)
+        config_lib.validate_rm_train(opts)
 
 
 def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
@@ -425,10 +426,10 @@ def test_verifyrm_config_is_the_paper_recipe():
     no weight decay on biases and norms."""
     from conftest import repo_config
 
-    from coop_jax import config as config_lib
     c = repo_config("verifyrm")
     config_lib.validate(c, device_count=8)
-    opts = rm_train.resolve(c.rm_train)
+    config_lib.validate_rm_train(c.rm_train)
+    opts = c.rm_train
     assert opts.batch_size == 16384 == 128 * 32 * 4
     assert opts.batch_size % (8 * opts.micro_batches) == 0  # 8 devices: 2 rows each at a time
     fmt = rm_train.input_format(c)
@@ -439,6 +440,6 @@ def test_verifyrm_config_is_the_paper_recipe():
     assert (opts.epochs, opts.schedule, opts.warmup_ratio, opts.grad_clip) == (
         3, "linear", 0.0, 1.0)
     # the CPU defaults stay small
-    defaults = rm_train.rm_train_section()
+    defaults = config_lib.rm_train_section()
     assert (defaults.batch_size, defaults.micro_batches, defaults.weight_decay_mask,
             defaults.char_cut) == (16, 1, "all", True)

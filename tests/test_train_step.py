@@ -37,7 +37,6 @@ def _batch(seed=0, valid_pairs=(1, 0, 1, 1)):
         "prompt_tokens": tok((rows, P)), "prompt_mask": prompt_mask, "tokens": tok((rows, N)),
         "mask": mask, "rewards": rng.integers(0, 2, rows).astype(np.float32),
         "loss_weight": np.ones(rows, np.float32), "rm_tokens": tok((rows, L)), "rm_mask": rm_mask,
-        "rule_labels": rng.integers(0, 2, rows).astype(np.float32),
         "pair_pos_tokens": tok((PROMPTS, L)), "pair_pos_mask": pm,
         "pair_neg_tokens": tok((PROMPTS, L)), "pair_neg_mask": pm[::-1].copy(),
         "pair_valid": np.asarray(valid_pairs, np.float32),

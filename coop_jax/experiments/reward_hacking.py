@@ -27,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from coop_jax import checkpoint, hf, parallel, rm_train, sft, train
+from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
@@ -165,7 +165,7 @@ def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldou
         c.cooper.negative = negative
     c.model.hf_path = policy_dir
     c.sft.steps = 0
-    if reward_type in config_lib.RM_REWARD_TYPES:
+    if reward_type in rewards.rm_reward_types():
         c.cooper.rm_checkpoint = rm_dir
         c.cooper.heldout_triples = heldout
     return c
@@ -195,7 +195,7 @@ def main(config, workdir: str, command: str | None = None) -> dict:
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = rm_triples(config, policy_dir, rm_dir)
-    if any(ARMS[m][0] in config_lib.RM_REWARD_TYPES for m in methods):
+    if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
         static_rm(config, train_path, heldout_path, rm_dir)
     run_dirs = []
     for arm in methods:

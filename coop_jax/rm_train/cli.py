@@ -1,7 +1,7 @@
 """`coop-train-rm`: build labelled (question, reference, completion) triples and train a VerifyRM.
 
 Every setting is in the config's `rm_train` section (`--config.rm_train.x=y`;
-`coop_jax/rm_train/options.py`):
+`coop_jax/config.py`, `rm_train_section`):
 
     coop-train-rm --config.rm_train.mode=build_triples \
         (--config.rm_train.policy_checkpoint=DIR | --config.rm_train.policy_hf=PATH) \
@@ -32,10 +32,11 @@ from absl.app import UsageError
 from ml_collections import config_flags
 
 from coop_jax import checkpoint, data, hf, parallel
+from coop_jax import config as config_lib
 from coop_jax.console import parse_flags, run_console
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import read_triples, write_triples
-from coop_jax.rm_train import default_config, options
+from coop_jax.rm_train import default_config
 from coop_jax.rm_train.loop import config_mesh, train_reward_model
 from coop_jax.rm_train.triples import build_triples, http_judge, label_balance, split_triples
 from coop_jax.verify import RuleVerifier
@@ -179,7 +180,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     """Parse `argv` (argv[0] is the program name) and run `config.rm_train.mode`."""
     fv = parse_flags(define_flags, argv)
     try:
-        mode = options.resolve(fv.config.rm_train).mode
+        config_lib.validate_rm_train(fv.config.rm_train)
+        mode = fv.config.rm_train.mode
     except ValueError as e:
         raise UsageError(str(e)) from e
     parallel.maybe_initialize_distributed(fv.config.mesh)

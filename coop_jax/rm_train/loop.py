@@ -30,10 +30,10 @@ from coop_jax import config as config_lib
 from coop_jax.build import load_model
 from coop_jax.metrics_writer import MetricWriter
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
-from coop_jax.optim import SCHEDULES, accumulate_gradients, apply_gradients, split_micro_batches
+from coop_jax.optim import (SCHEDULES, WEIGHT_DECAY_MASKS, accumulate_gradients, apply_gradients,
+                            split_micro_batches)
 from coop_jax.rm_input import RMInputFormat, check_triples, rm_input_format
 from coop_jax.rm_scoring import evaluate_reward_model
-from coop_jax.rm_train import options
 from coop_jax.rm_train.triples import drop_overlong, label_balance
 from coop_jax.sampling import fixed_batches
 from coop_jax.train_step import place_state
@@ -97,7 +97,7 @@ def rm_optimizer(opts, total_steps: int) -> optax.GradientTransformation:
     parameters `rm_train.weight_decay_mask` selects), after global-norm clipping."""
     lr = SCHEDULES.lookup(opts.schedule, "rm_train.schedule")(
         opts.learning_rate, int(opts.warmup_ratio * total_steps), total_steps)
-    mask = options.WEIGHT_DECAY_MASKS.lookup(opts.weight_decay_mask)
+    mask = WEIGHT_DECAY_MASKS.lookup(opts.weight_decay_mask)
     parts = [optax.clip_by_global_norm(opts.grad_clip)] if opts.grad_clip > 0 else []
     return optax.chain(*parts, optax.adamw(lr, weight_decay=opts.weight_decay, mask=mask))
 
@@ -411,7 +411,8 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     run. The final checkpoint holds the parameters only; a rerun of a finished run only
     re-exports and rewrites the summary.
     """
-    t0, opts = time.time(), options.resolve(config.rm_train)
+    config_lib.validate_rm_train(config.rm_train)
+    t0, opts = time.time(), config.rm_train
     heldout_fmt = input_format(config)
     fmt = dataclasses.replace(heldout_fmt, char_cut=opts.char_cut)
     data_ = prepare_data(opts, train_triples, heldout_triples)
