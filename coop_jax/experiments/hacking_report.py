@@ -23,6 +23,9 @@ CURVES = (
     ("hacking_gap", "hacking gap: proxy reward - rule accuracy"),
     ("rm_heldout_accuracy", "RM accuracy, fixed held-out triples"),
     ("rm_rule_agreement", "RM-rule agreement (rollouts)"),
+    # the hacking measure: the reward RM against the rule labels of the policy's own rollouts
+    ("rm_onpolicy_auc", "RM AUC on the policy's rollouts"),
+    ("rm_onpolicy_pair_accuracy", "RM pairwise acc., correct over wrong rollouts"),
 )
 # (summary key, column title, metrics key, how): "last" = last logged value, "tail" = mean of the
 # last TAIL logged values (per-step rollout metrics are noisy).
@@ -31,6 +34,9 @@ DIAGNOSTICS = (
     ("proxy_reward", "proxy reward", "proxy_reward_mean", "tail"),
     ("hacking_gap", "hacking gap", "hacking_gap", "tail"),
     ("rm_rule_agreement", "RM-rule agreement", "rm_rule_agreement", "tail"),
+    ("rm_onpolicy_auc", "RM AUC (rollouts)", "rm_onpolicy_auc", "tail"),
+    ("rm_onpolicy_pair_accuracy", "RM pairwise acc. (rollouts)", "rm_onpolicy_pair_accuracy",
+     "tail"),
     ("rm_heldout_initial", "RM held-out acc. (step 0)", "rm_heldout_accuracy", "first"),
     ("rm_heldout_final", "RM held-out acc. (end)", "rm_heldout_accuracy", "last"),
 )
