@@ -54,6 +54,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from coop_jax import config as config_lib, cooper, kernels, models, parallel  # noqa: E402
+from coop_jax.models import lora  # noqa: E402
 from coop_jax.train_batch import TrainBatch  # noqa: E402
 from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
 
@@ -125,7 +126,8 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
     from coop_jax import train  # the trainer's own builders (heavy imports: only here)
 
     def model(section, **kw):
-        cfg = config_lib.model_config(section, **kw).replace(remat=remat, scan_layers=scan)
+        cfg = config_lib.model_config(section, **kw).replace(
+            remat=remat, scan_layers=scan, lora=config_lib.lora_config(section))
         return cfg.replace(num_layers=layers) if layers else cfg
 
     cfg = train.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
@@ -138,23 +140,33 @@ def _sds(x, sharding):
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
 
+def apply_lora(config, rank: int) -> None:
+    """`--lora RANK`: LoRA of that rank (alpha 32, every projection) on the policy and the RM
+    (`model.lora`, `reward_model.lora`); 0 leaves the config as it is."""
+    for section in (config.model, config.reward_model):
+        section.lora.rank = rank or section.lora.rank
+
+
 def abstract_state(cfg: StepConfig, tx, rm_tx, mesh):
-    """Sharded ShapeDtypeStructs of the whole TrainState: policy + AdamW, reference, RM + AdamW."""
+    """Sharded ShapeDtypeStructs of the whole TrainState: policy + AdamW, reference, RM + AdamW
+    (under LoRA: the frozen bases, AdamW for the adapters only, no reference copy)."""
     rep = parallel.replicated(mesh)
 
     def model(mcfg, opt):
         shardings = parallel.param_shardings(mcfg, mesh)
         params = jax.tree_util.tree_map(_sds, nn.meta.unbox(models.abstract_params(mcfg)),
                                         shardings)
+        base, params = lora.split(params, mcfg)
+        shardings = lora.split(shardings, mcfg)[1]
         opt_state = optax.tree_map_params(opt, _sds, jax.eval_shape(opt.init, params), shardings,
                                           transform_non_params=lambda x: _sds(x, rep))
-        return params, opt_state
+        return params, opt_state, base
 
-    policy, ref_needed = model(cfg.policy, tx), cfg.loss.kl_coef > 0
-    rm = model(cfg.rm, rm_tx)
+    policy, rm = model(cfg.policy, tx), model(cfg.rm, rm_tx)
+    ref_needed = cfg.loss.kl_coef > 0 and not cfg.kl_to_base
     state = jax.eval_shape(lambda: init_state(policy[0], tx, ref_params=policy[0] if ref_needed
                                               else None, rm_params=rm[0], rm_tx=rm_tx))
-    state = state.replace(step=_sds(state.step, rep))
+    state = state.replace(step=_sds(state.step, rep), policy_base=policy[2], rm_base=rm[2])
     state = state.replace(policy=state.policy.replace(params=policy[0], opt_state=policy[1]),
                           rm=state.rm.replace(params=rm[0], opt_state=rm[1]))
     if ref_needed:
@@ -352,11 +364,12 @@ def _key(r: dict) -> tuple:
     had defaults)."""
     return (r.get("config", DEFAULT_CONFIG.stem), r["slice"], tuple(r["mesh"]), r["layers"],
             r["remat"], r["kernel_impl"], r.get("scan", False), r.get("micro_batches", 1),
-            r.get("assistant", False))
+            r.get("assistant", False), r.get("lora", 0))
 
 
 def sweep(a) -> None:
     config = load_config(a.config)
+    apply_lora(config, a.lora)
     full = config.model.num_layers
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -379,6 +392,8 @@ def sweep(a) -> None:
                            commit=version)
                 if a.assistant:
                     row["assistant"] = True
+                if config.model.lora.rank:  # the policy's rank (the RM's is the same here)
+                    row["lora"] = config.model.lora.rank
                 if _key(row) in done:
                     continue
                 try:  # the full depth compiles each model at its own (the RM's keep_layers)
@@ -417,7 +432,8 @@ def plan_rows(rows: list[dict]) -> list[dict]:
         if "error" not in r:
             groups.setdefault(_key(r)[:3] + _key(r)[4:], []).append(r)
     out = []
-    for (config, name, mesh, remat, impl, scan, micro, assistant), rs in sorted(groups.items()):
+    for (config, name, mesh, remat, impl, scan, micro, assistant, lora_rank), rs in sorted(
+            groups.items()):
         rs = sorted(rs, key=lambda r: r["layers"])
         full = rs[0].get("full_layers", 28)
         depths = [r["layers"] for r in rs]
@@ -437,7 +453,7 @@ def plan_rows(rows: list[dict]) -> list[dict]:
                  f"LOWER BOUND: only {depths[0]} layer(s) compiled" if len(set(depths)) == 1
                  else f"linear extrapolation from {depths} layers")
         out.append(dict(config=config, slice=name, mesh=mesh, remat=remat, kernel_impl=impl,
-                        scan=scan, micro_batches=micro, assistant=assistant,
+                        scan=scan, micro_batches=micro, assistant=assistant, lora=lora_rank,
                         assistant_arch=rs[0].get("assistant_arch"),
                         assistant_dtype=rs[0].get("assistant_dtype"),
                         assistant_bytes=assistant_bytes, step_temp=step_temp,
@@ -471,7 +487,8 @@ def report(path: str) -> str:
         ge = ">= " if p["lower_bound"] else ""
         cpu = f" ({p['compile_cpu_s']:.0f})" if p["compile_cpu_s"] is not None else ""
         label = p["config"] + (f" + {p['assistant_arch']} assistant ({p['assistant_dtype']})"
-                               if p["assistant"] else "")
+                               if p["assistant"] else "") + (
+            f" + LoRA r={p['lora']} (policy and RM)" if p["lora"] else "")
         lines.append(f"| {label} | {p['slice']} | {p['mesh']} | "
                      f"{'on' if p['remat'] else 'off'} | {'on' if p['scan'] else 'off'} | "
                      f"{p['micro_batches']} | {p['kernel_impl']} | {p['state'] / GIB:.2f} | "
@@ -485,7 +502,8 @@ def report(path: str) -> str:
               "TFLOP/step | compile s | compile CPU s | commit |", "|" + "---|" * 13]
     for r in sorted(ok, key=_key):
         k = _key(r)
-        lines.append(f"| {k[0]}{' + assistant' if k[8] else ''} | {k[1]} | {k[2]} | "
+        lines.append(f"| {k[0]}{' + assistant' if k[8] else ''}"
+                     f"{f' + LoRA r={k[9]}' if k[9] else ''} | {k[1]} | {k[2]} | "
                      f"{'on' if k[4] else 'off'} | "
                      f"{'on' if k[6] else 'off'} | {k[7]} | {k[3]} | "
                      f"{r['argument_bytes'] / GIB:.2f} | {r['temp_bytes'] / GIB:.2f} | "
@@ -535,7 +553,7 @@ def gpu_rows(config_name: str, plans: list[dict]) -> str:
            "| GPU x n | state+batch GiB/dev | est. temporaries GiB/dev | total | HBM | fits |",
            "|---|---|---|---|---|---|"]
     ref = [p for p in plans if p["config"] == config_name and p["mesh"][0] == 1
-           and not p["lower_bound"] and not p["assistant"]]
+           and not p["lower_bound"] and not p["assistant"] and not p["lora"]]
     if not ref:
         return "\n".join(out + ["(no full-depth or extrapolated TPU plan to scale from)"])
     ref = min(ref, key=lambda p: p["temp"])
@@ -582,12 +600,17 @@ def main(argv=None) -> None:
     p.add_argument("--rewrite-kernel-impl", default="auto", choices=["auto", "pallas_tpu", "xla"],
                    help="the rewrite sampler's kernels (auto: as the rewriter runs, resolved "
                         "for TPU on the mesh)")
+    p.add_argument("--lora", type=int, default=0,
+                   help="LoRA rank on the policy and the RM (model.lora, reward_model.lora; "
+                        "alpha 32, every projection); 0: the config's own")
     p.add_argument("--report", default=None, help="print the table of a runs.jsonl and exit")
     a = p.parse_args(argv)
     if a.report:
         print(report(a.report))
         config = load_config(a.config)
-        print(f"\nExact state per device of {a.config.stem} at its full depth (no compile):")
+        apply_lora(config, a.lora)
+        print(f"\nExact state per device of {a.config.stem}"
+              f"{f' with LoRA r={a.lora}' if a.lora else ''} at its full depth (no compile):")
         print(state_table(config))
         return
     sweep(a)

@@ -2,8 +2,11 @@
 coop-train-rm and the experiments."""
 from __future__ import annotations
 
+import jax
+
 from coop_jax import config as config_lib
-from coop_jax import hf, parallel
+from coop_jax import hf, models, parallel
+from coop_jax.models import lora
 
 
 def load_model(section, tokenizer, mesh, rng, *, num_labels: int = 0, hf_path: str = "",
@@ -27,3 +30,12 @@ def load_model(section, tokenizer, mesh, rng, *, num_labels: int = 0, hf_path: s
                          f"tokenizer ({len(tokenizer)} tokens)")
     cfg = config_lib.model_config(section, num_labels=num_labels)
     return cfg, parallel.sharded_init(cfg, rng, mesh), None
+
+
+def add_adapters(cfg: models.ModelConfig, params, lora_cfg: lora.LoraConfig, mesh, rng):
+    """(cfg with `lora_cfg`, `params` with fresh adapters beside their kernels): A random, B = 0
+    (the model computes what `params` alone did), created in their shards on `mesh`."""
+    cfg = cfg.replace(lora=lora_cfg)
+    shardings = lora.adapters(parallel.param_shardings(cfg, mesh))
+    init = jax.jit(lambda r: lora.adapters(models.init_params(cfg, r)), out_shardings=shardings)
+    return cfg, lora.combine(params, init(rng))

@@ -15,6 +15,7 @@ import ml_collections
 from coop_jax import data, kernels, rl
 from coop_jax.models.config import DTYPES, ModelConfig
 from coop_jax.models.families import MODEL_FAMILIES
+from coop_jax.models.lora import TARGETS as LORA_TARGETS, LoraConfig
 from coop_jax.optim import SCHEDULES
 from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
 from coop_jax.verify import EXTRACTION_MODES
@@ -40,8 +41,21 @@ def model_section(**overrides) -> ml_collections.ConfigDict:
         scan_layers=False,  # nn.scan over the layers: one compiled block (stacked params)
         keep_layers=0,  # with hf_path: keep only the first k decoder layers (0 = all)
     ))
+    # LoRA in coop-train (models.lora): rank 0 = off (full fine-tuning); the update is scaled by
+    # alpha / rank; dropout must be 0.0; targets: comma-separated projections (models.lora.TARGETS)
+    section.lora = ml_collections.ConfigDict(dict(rank=0, alpha=32.0, dropout=0.0,
+                                                  targets=",".join(LORA_TARGETS)))
     section.update(overrides)
     return section
+
+
+def lora_config(section) -> LoraConfig | None:
+    """The `LoraConfig` of a model section's `lora` sub-section; None when its rank is 0."""
+    lora = section.lora
+    if not lora.rank:
+        return None
+    return LoraConfig(rank=lora.rank, alpha=float(lora.alpha), dropout=lora.dropout,
+                      targets=lora.targets)
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -170,9 +184,26 @@ def _positive(value, field, allow_zero=False):
         raise ValueError(f"config.{field} must be {bound}, got {value!r}")
 
 
+def _validate_lora(lora, field: str) -> None:
+    _int_field(lora.rank, f"{field}.rank", 0)
+    if not lora.rank:
+        return
+    _positive(lora.alpha, f"{field}.alpha")
+    if lora.dropout != 0:
+        raise ValueError(f"config.{field}.dropout must be 0.0 (LoRA dropout is not supported: "
+                         f"the sampler and the step's old / reference log-probs would each see "
+                         f"another function), got {lora.dropout!r}")
+    targets = [t.strip() for t in str(lora.targets).split(",") if t.strip()]
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets:
+        raise ValueError(f"config.{field}.targets must be comma-separated names of "
+                         f"{list(LORA_TARGETS)}, got {lora.targets!r}")
+
+
 def validate_model_section(section, field: str) -> None:
     """Raise ValueError naming the first impossible field of a model section."""
     _positive(section.keep_layers, f"{field}.keep_layers", allow_zero=True)
+    _validate_lora(section.lora, f"{field}.lora")
     if section.hf_path:
         return
     for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",

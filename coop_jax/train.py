@@ -32,10 +32,11 @@ import tqdm
 
 from coop_jax import checkpoint, cooper, data, parallel, rewards, rl, sampling, sft
 from coop_jax import config as config_lib
-from coop_jax.build import load_model
+from coop_jax.build import add_adapters, load_model
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
+from coop_jax.models import lora
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.optim import make_optimizer
 from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
@@ -78,7 +79,21 @@ def validate_config(config, device_count: int | None = None, num_processes: int 
     config_lib.validate(config, device_count)
     rewards.validate_config(config)
     cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
+    check_lora(config)
     check_multi_process(config, num_processes)
+
+
+def check_lora(config) -> None:
+    """One line naming a LoRA setting (`model.lora`, `reward_model.lora`) the run cannot use."""
+    source = rewards.reward_source(config.reward.type)
+    if config.model.lora.rank and source.needs_teacher:
+        raise ValueError(f"config.model.lora.rank must be 0 with reward.type="
+                         f"{config.reward.type!r}: its EMA teacher averages the full policy's "
+                         "parameters, not adapters")
+    if config.reward_model.lora.rank and not source.trains_rm:
+        raise ValueError(f"config.reward_model.lora.rank must be 0 with reward.type="
+                         f"{config.reward.type!r}, which does not train the RM (LoRA on the RM "
+                         f"is for {list(rewards.REWARD_SOURCES.where(lambda s: s.trains_rm))})")
 
 
 class Records(NamedTuple):
@@ -117,6 +132,14 @@ def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
     return load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)[:2]
 
 
+def with_lora(section, cfg, params, mesh, rng):
+    """(cfg, params), with fresh adapters (`models.lora`) when `section.lora.rank` > 0."""
+    lora_cfg = config_lib.lora_config(section)
+    if lora_cfg is None:
+        return cfg, params
+    return add_adapters(cfg, params, lora_cfg, mesh, rng)
+
+
 def _tokenizer_path(config) -> str:
     return config.model.tokenizer or config.model.hf_path or ""
 
@@ -132,6 +155,7 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
         num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
         kl_in_reward=c.rl.kl_in_reward, kl_coef_in_reward=c.rl.kl_coef,
+        kl_to_base=policy_cfg.lora is not None and c.rl.kl_coef > 0,
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
         rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
         valid_vocab=valid_vocab, num_views=source.num_views)
@@ -160,7 +184,14 @@ class RewardModel(NamedTuple):
 
 def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
     """The RM: a trained checkpoint (`cooper.rm_checkpoint`) or `reward_model` (HF path or
-    random architecture)."""
+    random architecture), with fresh adapters under `reward_model.lora`."""
+    rm = _reward_model(config, tokenizer, mesh, key)
+    cfg, params = with_lora(config.reward_model, rm.config, rm.params, mesh,
+                            jax.random.fold_in(key, 4))
+    return RewardModel(cfg, params, rm.tokenizer)
+
+
+def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
     rm_path = config.cooper.rm_checkpoint
     if rm_path:
         rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
@@ -336,17 +367,40 @@ class Trainer:
             log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
                      losses[-1])
             params = jax.device_put(params, parallel.param_shardings(cfg, self.mesh))
-        return cfg, params
+        # LoRA: the (warm-started) policy is the frozen base, its fresh adapters train
+        return with_lora(c.model, cfg, params, self.mesh, jax.random.fold_in(key, 3))
 
     def _initial_state(self, policy_params, source) -> TrainState:
+        """The train state; under LoRA only the trainable parts (`models.lora.split`) get AdamW
+        state, the frozen bases ride beside them and the policy's base is the KL reference."""
         self.tx = policy_optimizer(self.config)
         self.rm_tx = rm_optimizer(self.config) if self.rm else None
         # Co-rewarding-II: the EMA teacher is also the KL reference.
-        needs_ref = self.config.rl.kl_coef > 0 or source.needs_teacher
+        needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher) and (
+            self.policy_cfg.lora is None)
         ref = jax.tree_util.tree_map(jnp.copy, policy_params) if needs_ref else None
-        return place_state(init_state(policy_params, self.tx, ref_params=ref,
-                                      rm_params=self.rm and self.rm.params, rm_tx=self.rm_tx),
-                           self.mesh)
+        policy_base, policy = lora.split(policy_params, self.policy_cfg)
+        rm_base, rm = lora.split(self.rm.params, self.rm.config) if self.rm else (None, None)
+        return place_state(init_state(policy, self.tx, ref_params=ref, rm_params=rm,
+                                      rm_tx=self.rm_tx, policy_base=policy_base,
+                                      rm_base=rm_base), self.mesh)
+
+    def lora_bases(self) -> dict[str, str]:
+        """Where each LoRA base comes from ({"policy": "checkpoint" or its hf_path, "rm": ...}):
+        a checkpoint holds the bases the run cannot load again from an hf_path (an SFT warm
+        start's result, a random architecture, a `cooper.rm_checkpoint`)."""
+        c, out = self.config, {}
+        if self.policy_cfg.lora is not None:
+            out["policy"] = (c.model.hf_path if c.model.hf_path and not c.sft.steps
+                             else "checkpoint")
+        if self.rm is not None and self.rm.config.lora is not None:
+            out["rm"] = (c.reward_model.hf_path if c.reward_model.hf_path
+                         and not c.cooper.rm_checkpoint else "checkpoint")
+        return out
+
+    def _checkpointed_bases(self) -> tuple[str, ...]:
+        return tuple(f"{m}_base" for m, where in self.lora_bases().items()
+                     if where == "checkpoint")
 
     def _sampler(self, tokenizer, valid_vocab: int):
         r = self.config.rollout
@@ -374,11 +428,11 @@ class Trainer:
 
     # -- evaluation, checkpoints
     def evaluate(self, verifier) -> dict:
-        return evaluate(self.config, self.state.policy.params, self.policy_cfg,
+        return evaluate(self.config, self.state.policy_weights(), self.policy_cfg,
                         self.setup.tokenizer, self.records.heldout, verifier, self.strict)
 
     def rm_heldout(self) -> dict:
-        return rm_heldout(self.config, self.state.rm and self.state.rm.params, self.rm)
+        return rm_heldout(self.config, self.state.rm_weights(), self.rm)
 
     def meta(self, step: int, extra: dict) -> dict:
         meta = {"step": step, "config": self.config.to_dict(),
@@ -386,17 +440,18 @@ class Trainer:
                 "policy_model_config": checkpoint.model_config_to_dict(self.policy_cfg)}
         if self.rm is not None:
             meta["rm_model_config"] = checkpoint.model_config_to_dict(self.rm.config)
+        meta.update({f"{m}_base": where for m, where in self.lora_bases().items()})
         return meta | extra
 
     def save(self, feed: RolloutFeed, done: int, facts: dict) -> None:
         feed_meta, host_items = feed.checkpoint()
         self.ckpt.save(done, self.state, self.meta(done, facts | feed_meta),
-                       host_items=host_items)
+                       host_items=host_items, bases=self._checkpointed_bases())
 
     def _start(self, feed: RolloutFeed, pipeline, eval_verifier) -> RunStart:
         """Resume from the newest checkpoint, or evaluate the initial policy and save step 0."""
         if self.resuming:
-            self.state, meta = self.ckpt.restore(self.state)
+            self.state, meta = self.ckpt.restore(self.state, bases=self._checkpointed_bases())
             pipeline.restore(meta["data"])
             feed.resume(int(self.state.step), meta, self.ckpt)
             facts = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy",

@@ -11,14 +11,17 @@ import jax
 import orbax.checkpoint as ocp
 
 from coop_jax import models
+from coop_jax.models import lora
 
-STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "rm_opt_state")
+STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "rm_opt_state",
+               "policy_base", "rm_base")
 
 
-def _items(state) -> dict[str, Any]:
+def _items(state, bases: tuple[str, ...] = ()) -> dict[str, Any]:
     """The saved items of a coop-train `TrainState`; `state.policy` may be None (a
-    reward-model-only state)."""
-    items = {"ref_params": state.ref_params}
+    reward-model-only state). Under LoRA `policy_params` / `rm_params` are the trainable parts;
+    `bases` names the frozen bases saved too ("policy_base", "rm_base")."""
+    items = {"ref_params": state.ref_params} | {name: getattr(state, name) for name in bases}
     if state.policy is not None:
         items.update(policy_params=state.policy.params, policy_opt_state=state.policy.opt_state)
     if state.rm is not None:
@@ -73,10 +76,11 @@ class Checkpointer:
         return list(self._manager.all_steps())
 
     def save(self, step: int, state, meta: dict, *, host_items: dict | None = None,
-             force: bool = True) -> None:
+             force: bool = True, bases: tuple[str, ...] = ()) -> None:
         """`host_items`: further named trees of arrays (numpy, or global row arrays such as the
-        pending rollouts), read back by `load_host_item` / `load_rows_item`."""
-        self.save_items(step, _items(state) | (host_items or {}), meta, force=force)
+        pending rollouts), read back by `load_host_item` / `load_rows_item`; `bases`: the LoRA
+        bases of `state` to save ("policy_base", "rm_base"; the others load from an hf_path)."""
+        self.save_items(step, _items(state, bases) | (host_items or {}), meta, force=force)
 
     def save_items(self, step: int, items: dict[str, Any], meta: dict, *,
                    force: bool = True) -> None:
@@ -98,16 +102,18 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(**args))
         return {name: out[name] for name in items}, dict(out["meta"])
 
-    def restore(self, state, step: int | None = None):
-        """(state with restored values and the shardings of `state`, meta) at `step` or latest."""
+    def restore(self, state, step: int | None = None, bases: tuple[str, ...] = ()):
+        """(state with restored values and the shardings of `state`, meta) at `step` or latest;
+        `bases` as in `save`."""
         step = self._step(step)
-        out, meta = self.restore_items(_items(state), step)
+        out, meta = self.restore_items(_items(state, bases), step)
         policy = state.policy
         if policy is not None:
             policy = policy.replace(params=out["policy_params"],
                                     opt_state=out["policy_opt_state"])
         new = state.replace(step=jax.numpy.asarray(step, jax.numpy.int32),
-                            policy=policy, ref_params=out.get("ref_params", state.ref_params))
+                            policy=policy, ref_params=out.get("ref_params", state.ref_params),
+                            **{name: out[name] for name in bases})
         if state.rm is not None:
             new = new.replace(rm=state.rm.replace(params=out["rm_params"],
                                                   opt_state=out["rm_opt_state"]))
@@ -170,7 +176,8 @@ def load_model(directory: str, which: str = "policy", step: int | None = None, m
     """(ModelConfig, params, meta) of the policy or the RM saved by `coop-train` (or the RM saved
     by `coop-train-rm`: items `rm_params`, meta `rm_model_config`) in `directory`
     (a workdir or its `checkpoints/` folder); with `mesh`, the params are restored straight into
-    their `parallel.param_shardings` on it (every process must call)."""
+    their `parallel.param_shardings` on it (every process must call). A LoRA run's model comes
+    back merged: the base architecture's config and plain parameters (`lora.merge`)."""
     if which not in ("policy", "rm"):
         raise ValueError(f"which must be 'policy' or 'rm', got {which!r}")
     if os.path.isdir(os.path.join(directory, "checkpoints")):
@@ -186,6 +193,29 @@ def load_model(directory: str, which: str = "policy", step: int | None = None, m
         if mesh is not None:
             from coop_jax import parallel
             shardings = parallel.param_shardings(cfg, mesh)
+        if cfg.lora is not None:
+            return lora.without(cfg), _merged(ckpt, meta, which, cfg, step, mesh, shardings), meta
         return cfg, ckpt.load_item(f"{which}_params", step, shardings=shardings), meta
     finally:
         ckpt.close()
+
+
+def _merged(ckpt: Checkpointer, meta: dict, which: str, cfg: models.ModelConfig, step, mesh,
+            shardings):
+    """A LoRA checkpoint's model with its adapters merged into the kernels (`lora.merge`): the
+    trainable part from the checkpoint, the base from it too or from the hf_path in the meta
+    (`{which}_base`), loaded with the run's settings of its model section."""
+    base_sh, train_sh = lora.split(shardings, cfg) if shardings is not None else (None, None)
+    trainable = ckpt.load_item(f"{which}_params", step, shardings=train_sh)
+    source = meta.get(f"{which}_base", "checkpoint")
+    if source == "checkpoint":
+        base = ckpt.load_item(f"{which}_base", step, shardings=base_sh)
+    else:
+        from coop_jax import hf
+        section = meta["config"]["model" if which == "policy" else "reward_model"]
+        lm = hf.load(source, dtype=section["param_dtype"], compute_dtype=section["dtype"],
+                     mesh=mesh, num_labels=cfg.num_labels,
+                     keep_layers=section.get("keep_layers") or None, remat=cfg.remat,
+                     scan_layers=cfg.scan_layers)
+        base = lora.split(lm.params, cfg)[0]
+    return jax.jit(lora.merge, static_argnums=1)(lora.combine(base, trainable), cfg)

@@ -7,6 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from coop_jax.models.families import MODEL_FAMILIES
+from coop_jax.models.lora import LoraConfig
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -18,7 +19,9 @@ class ModelConfig:
     `num_labels == 0` is a causal LM (unembedding to the vocabulary); `num_labels >= 1` is a
     sequence-classification model whose scalar head is read at the last non-pad token.
 
-    The decoder reads every field but `family`. `family` (a name in
+    `lora` (a `models.lora.LoraConfig`, or None) adds low-rank adapters to the targeted
+    projections (parameters `lora_a`, `lora_b` beside their kernels); fresh adapters change
+    nothing (B = 0). The decoder reads every field but `family`. `family` (a name in
     `coop_jax.models.families.MODEL_FAMILIES`) is the Hugging Face architecture these fields
     come from and are exported as; it never changes the maths. On import it decides how
     config.json sets the `qkv_bias` / `o_bias` / `mlp_bias` switches (qwen2: q/k/v bias always,
@@ -51,8 +54,11 @@ class ModelConfig:
     # one nn.scan over the layers (params["layers"], stacked on a leading axis) instead of
     # params["layers_{i}"]: the same maths, one compiled block; see `models.stack_layers`
     scan_layers: bool = False
+    lora: LoraConfig | None = None  # low-rank adapters (models.lora); None: none
 
     def __post_init__(self):
+        if isinstance(self.lora, dict):  # from a checkpoint's JSON meta
+            object.__setattr__(self, "lora", LoraConfig(**self.lora))
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                      "num_kv_heads"):
             if int(getattr(self, name)) <= 0:

@@ -14,7 +14,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from coop_jax.models import lora as lora_lib
 from coop_jax.models.config import ModelConfig
+from coop_jax.models.lora import LoraConfig
 
 Array = jax.Array
 LayerCache = tuple[Array, Array]  # k [B, KV, S, head_dim], v [B, KV, head_dim, S]
@@ -75,10 +77,30 @@ class RMSNorm(nn.Module):
         return weight.astype(self.dtype) * x32.astype(self.dtype)
 
 
+class LoraDense(nn.Dense):
+    """nn.Dense plus a low-rank update (`models.lora`): y = x W + b + (alpha / r) (x A) B, with
+    float32 A [in, r] and B [r, out] = 0 at init, their logical axes those of W's in and out."""
+    lora: LoraConfig | None = None
+    names: tuple[str, str] = ("embed", "mlp")
+
+    @nn.compact
+    def __call__(self, inputs):
+        y = super().__call__(inputs)
+        r = self.lora.rank
+        a = self.param("lora_a", _logical(lora_lib.A_INIT, (self.names[0], "lora_rank")),
+                       (inputs.shape[-1], r), jnp.float32)
+        b = self.param("lora_b", _logical(nn.initializers.zeros, ("lora_rank", self.names[1])),
+                       (r, self.features), jnp.float32)
+        return y + lora_lib.delta(inputs, a, b, self.lora.scale, y.dtype)
+
+
 def _dense(cfg: ModelConfig, features: int, names: tuple[str, str], bias: bool, name: str):
-    return nn.Dense(features, use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
-                    kernel_init=_logical(_init, names),
-                    bias_init=_logical(nn.initializers.zeros, names[1:]), name=name)
+    kw = dict(use_bias=bias, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+              kernel_init=_logical(_init, names),
+              bias_init=_logical(nn.initializers.zeros, names[1:]), name=name)
+    if cfg.lora is not None and name in cfg.lora.targets:
+        return LoraDense(features, lora=cfg.lora, names=names, **kw)
+    return nn.Dense(features, **kw)
 
 
 class Attention(nn.Module):

@@ -38,6 +38,7 @@ LOGICAL_RULES: tuple[tuple[str, object], ...] = (
     ("mlp", "tensor"),
     ("labels", None),
     ("layers", None),  # the stacked layer axis of `model.scan_layers`
+    ("lora_rank", None),  # LoRA adapters' rank axis (models.lora)
     ("norm", None),
     ("seq", None),
     ("act_embed", None),
