@@ -16,14 +16,29 @@ from coop_jax import data, kernels, rl
 from coop_jax.models.config import DTYPES, ModelConfig
 from coop_jax.models.families import MODEL_FAMILIES
 from coop_jax.models.lora import TARGETS as LORA_TARGETS, LoraConfig
-from coop_jax.optim import SCHEDULES
+from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
+from coop_jax.registry import Registry
 from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
 from coop_jax.verify import EXTRACTION_MODES
 
 NAN_POLICIES = ("error", "skip")
-RM_TRAIN_MODES = ("build_triples", "train")
 EVAL_HEADLINES = ("avg_at_k", "greedy")
-RM_OVERLONG = ("drop", "truncate")
+# coop-train-rm's `rm_train` section
+RM_TRAIN_MODES = Registry("rm_train.mode", {
+    "build_triples": "sample a policy; label the completions by the rule verifier (and a judge)",
+    "train": "train the RM with BCE on labelled triples"})
+RM_OVERLONG = Registry("rm_train.overlong", {
+    "drop": "leave out triples over rm_train.max_chars characters (the reference)",
+    "truncate": "keep them; the tokens are cut to max_len on reward_model.truncation_side"})
+
+# fields that must be > 0, and fields that may also be 0
+_RM_POSITIVE = ("epochs", "batch_size", "micro_batches", "max_chars", "log_every",
+                "samples_per_question", "judge_concurrency", "judge_max_tokens", "learning_rate")
+_RM_NON_NEGATIVE = ("num_examples", "max_len", "max_prompt_len", "max_new_tokens",
+                    "heldout_every", "checkpoint_every", "weight_decay", "grad_clip")
+_RM_FRACTIONS = ("warmup_ratio", "heldout_fraction")  # in [0, 1)
+
+
 # verifier.extraction: "auto" (the reward type's reference default, `rewards.extraction_mode`) or
 # one of the verifier's modes
 AUTO_EXTRACTION = "auto"
@@ -146,8 +161,9 @@ def base_config() -> ml_collections.ConfigDict:
 
 def rm_train_section() -> ml_collections.ConfigDict:
     """coop-train-rm's settings (`--config.rm_train.x=y`). 0 / "" mean "from the rest of the
-    config" (lengths from data / rollout / cooper, dataset from data). Training defaults are the
-    paper's VerifyRM values."""
+    config" (lengths from data / rollout / cooper, dataset from data). The optimiser's values are
+    the paper's VerifyRM ones; the batch and lengths are CPU-sized (`configs/verifyrm.py` is the
+    paper's recipe, docs/ALGORITHMS.md §1 lists the differences)."""
     return ml_collections.ConfigDict(dict(
         mode="",  # build_triples | train
         # build_triples: sample a policy, label by the rule verifier (and an optional judge)
@@ -160,11 +176,18 @@ def rm_train_section() -> ml_collections.ConfigDict:
         triples="", heldout="", workdir="", init_hf="", export_hf="", epochs=3,
         learning_rate=2e-5, weight_decay=0.01, warmup_ratio=0.0, schedule="linear",
         grad_clip=1.0,
+        # all: decay every parameter | no_bias_norm: not biases or norm weights (HF Trainer's rule,
+        # the VerifyRM reference)
+        weight_decay_mask="all",
         # batch_size rows per AdamW step, their gradient accumulated over micro_batches (lax.scan)
         batch_size=16, micro_batches=1,
         # overlong: drop (the reference: leave out triples over max_chars characters) | truncate
         # (keep them; the tokens keep their last max_len)
         overlong="drop", max_chars=8000,
+        # True: references / completions over 1,500 characters keep their first 500 and last
+        # 1,000 in training, as every RL-time input (rm_input.truncate_middle); False: whole texts
+        # (the reference's training). Held-out evaluation always uses the RL-time input.
+        char_cut=True,
         max_len=0, log_every=10,
         heldout_every=0,  # also evaluate the held-out triples every N steps (0: per epoch only)
         # a resumable checkpoint (parameters, AdamW state, data position) every N steps; a rerun on
@@ -323,23 +346,23 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
 
 
 def validate_rm_train(r: ml_collections.ConfigDict) -> None:
-    """Raise ValueError naming the first impossible `rm_train` field."""
-    _one_of(r.mode, RM_TRAIN_MODES, "rm_train.mode")
-    _one_of(r.overlong, RM_OVERLONG, "rm_train.overlong")
-    for name in ("epochs", "batch_size", "micro_batches", "max_chars", "log_every",
-                 "samples_per_question",
-                 "judge_concurrency", "judge_max_tokens"):
-        _positive(r[name], f"rm_train.{name}")
-    for name in ("num_examples", "max_len", "max_prompt_len", "max_new_tokens", "heldout_every",
-                 "checkpoint_every", "weight_decay", "grad_clip"):
-        _positive(r[name], f"rm_train.{name}", allow_zero=True)
-    _positive(r.learning_rate, "rm_train.learning_rate")
-    if not 0 <= r.warmup_ratio < 1:
-        raise ValueError(f"config.rm_train.warmup_ratio must be in [0, 1), got {r.warmup_ratio}")
-    if not 0 <= r.heldout_fraction < 1:
-        raise ValueError(f"config.rm_train.heldout_fraction must be in [0, 1), got "
-                         f"{r.heldout_fraction}")
-    _one_of(r.schedule, SCHEDULES, "rm_train.schedule")
+    """Raise ValueError naming the first impossible (or missing) `rm_train` field."""
+    _check_complete(r, rm_train_section(), "rm_train.")
+    for name, registry in (("mode", RM_TRAIN_MODES), ("overlong", RM_OVERLONG),
+                           ("schedule", SCHEDULES),
+                           ("weight_decay_mask", WEIGHT_DECAY_MASKS)):
+        registry.check(r[name], f"rm_train.{name}")
+    for name in _RM_POSITIVE:
+        if not r[name] > 0:
+            raise ValueError(f"config.rm_train.{name} must be > 0, got {r[name]!r}")
+    for name in _RM_NON_NEGATIVE:
+        if r[name] < 0:
+            raise ValueError(f"config.rm_train.{name} must be >= 0, got {r[name]!r}")
+    for name in _RM_FRACTIONS:
+        if not 0 <= r[name] < 1:
+            raise ValueError(f"config.rm_train.{name} must be in [0, 1), got {r[name]}")
+    if not isinstance(r.char_cut, bool):
+        raise ValueError(f"config.rm_train.char_cut must be True or False, got {r.char_cut!r}")
 
 
 def resolve_mesh_shape(shape, device_count: int) -> tuple[int, int, int]:

@@ -42,7 +42,7 @@ from coop_jax.optim import make_optimizer
 from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSetup,
-                               finish_rule_labels)
+                               finish_rule_labels, rm_label_metrics)
 from coop_jax.train_batch import StepOutputs, TrainBatch
 from coop_jax.train_step import (DEVICE_REWARDS, StepConfig, TrainState, init_state, jit_step,
                                  place_state, state_shardings)
@@ -475,10 +475,7 @@ class Trainer:
         t0 = time.perf_counter()
         new_state, outputs = self.step(self.state, prepared.batch)  # dispatched asynchronously
         step_metrics = jax.device_get(outputs.metrics)
-        host_metrics = prepared.metrics
-        if prepared.pending is not None:
-            scores = parallel.host.local_rows(parallel.host.host_aligned(outputs.rm_scores))
-            host_metrics = host_metrics | finish_rule_labels(prepared.pending, scores)
+        host_metrics = prepared.metrics | self._rm_label_metrics(prepared, outputs)
         metrics = parallel.host.reduce_metrics(host_metrics)
         metrics["time/update"] = time.perf_counter() - t0
         if np.isfinite(step_metrics["loss"]):
@@ -490,6 +487,19 @@ class Trainer:
             log.warning("non-finite loss at step %d: update skipped", step)
             metrics["skipped_update"] = 1
         return metrics | step_metrics, nan_skips
+
+    def _rm_label_metrics(self, prepared: PreparedBatch, outputs: StepOutputs) -> dict:
+        """The RM's agreement with the rule labels of this host's rollouts, before (and, for
+        Cooper, after) its update; finishes the labels verified in the background."""
+        labels, metrics = prepared.labels, {}
+        if prepared.pending is not None:
+            labels, metrics = finish_rule_labels(prepared.pending)
+        local = lambda x: parallel.host.local_rows(parallel.host.host_aligned(x))  # noqa: E731
+        g = self.config.rollout.group_size
+        for suffix, scores in (("", outputs.rm_scores), ("_after", outputs.rm_scores_after)):
+            if scores is not None:
+                metrics |= rm_label_metrics(local(scores), labels, g, suffix)
+        return metrics
 
     def before_step(self, step: int) -> dict:
         """The reward source's per-step hook (Co-rewarding-II's EMA teacher)."""
