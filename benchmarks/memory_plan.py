@@ -83,6 +83,7 @@ VALID_VOCAB = 151_665  # the Qwen2.5 tokenizer's size
 # slice -> (topology name, get_topology_desc kwargs, HBM GiB per JAX device)
 SLICES = {
     "v5e-1": ("v5e:1x1", {"chips_per_host_bounds": (1, 1, 1)}, 16),  # Colab's TPU runtime
+    "v5e-4": ("v5e:2x2", {}, 16),
     "v4-8": ("v4:2x2x1", {"chip_config_name": "megacore"}, 32),  # 4 chips, megacore devices
     "v5e-8": ("v5e:2x4", {}, 16),
     "v5e-16": ("v5e:4x4", {}, 16),

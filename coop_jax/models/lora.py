@@ -13,6 +13,16 @@ The trainable part is the adapters, plus a reward model's new `score` head (as P
 sequence classifier's head in full). Dropout on the adapters' input is not supported (a
 ValueError): it needs a random key in every forward, and the step's old / reference log-probs
 and the sampler would then each see another function than the one being trained.
+
+Why not qwix (the JAX library Tunix uses for LoRA / QLoRA, 0.1.8 on PyPI): its LoRA wraps a Flax
+module (`qwix.apply_lora_to_model`) and intercepts the `dot_general` / `einsum` calls of the
+matched modules at apply time, creating the adapters inside that wrapped model. Here the
+decoder is used as pure functions of a parameter pytree by the step, the sampler, the fused
+log-prob kernels and the HF converters; the adapters must carry this package's logical axis
+names (the (data, fsdp, tensor) rules), stack on `scan_layers`' layer axis, split off from a
+frozen base for the optimizer, and merge for export. A small `nn.Dense` subclass
+(`transformer.LoraDense`) and this module do all of that without a new dependency or an
+interception layer inside `nn.scan` / `nn.remat`.
 """
 from __future__ import annotations
 
