@@ -232,6 +232,8 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     ([R + "mode=train", R + "batch_size=0"], "config.rm_train.batch_size must be > 0"),
     ([R + "mode=train", R + "schedule=exponential"], "config.rm_train.schedule must be one of"),
     (["--mode=train"], "Unknown command line flag 'mode'"),
+    ([R + "mode=train", "--config.reward_model.lora.rank=8"],
+     "config.reward_model.lora.rank must be 0 for coop-train-rm"),
 ])
 def test_coop_train_rm_flag_errors(args, message):
     with pytest.raises(UsageError, match=message):

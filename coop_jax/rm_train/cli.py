@@ -181,6 +181,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     fv = parse_flags(define_flags, argv)
     try:
         config_lib.validate_rm_train(fv.config.rm_train)
+        if fv.config.reward_model.lora.rank:
+            raise ValueError("config.reward_model.lora.rank must be 0 for coop-train-rm: VerifyRM "
+                             "training updates every parameter (LoRA applies to coop-train)")
         mode = fv.config.rm_train.mode
     except ValueError as e:
         raise UsageError(str(e)) from e
