@@ -197,7 +197,8 @@ def keep_if_not_equivalent(full_text_verifier, positives: Sequence[str],
                            candidates: Sequence[str | None]) -> list[bool]:
     """The "reference" check (the released code's `not verify(parse(neg), parse(pos))`): keep a
     candidate unless the lenient verifier finds the answers of the two full texts equivalent; a
-    candidate (or positive) without a parseable answer counts as not equivalent."""
+    candidate (or positive) without a parseable answer counts as not equivalent, and so does a
+    check that timed out (Math-Verify's `verify` returns False on a timeout too)."""
     idx = [i for i, c in enumerate(candidates) if c]
     keep = [False] * len(candidates)
     answers = full_text_verifier.extract_batch([positives[i] for i in idx]) if idx else []
