@@ -489,16 +489,20 @@ class Trainer:
         return metrics | step_metrics, nan_skips
 
     def _rm_label_metrics(self, prepared: PreparedBatch, outputs: StepOutputs) -> dict:
-        """The RM's agreement with the rule labels of this host's rollouts, before (and, for
-        Cooper, after) its update; finishes the labels verified in the background."""
+        """The RM's agreement with the rule labels of the step's rollouts, before (and, for
+        Cooper, after) its update; finishes the labels verified in the background. AUC and the
+        pairwise accuracy are not means over rows, so every host computes them over all hosts'
+        rows (the global scores, every host's labels in process order) rather than its own."""
         labels, metrics = prepared.labels, {}
         if prepared.pending is not None:
             labels, metrics = finish_rule_labels(prepared.pending)
-        local = lambda x: parallel.host.local_rows(parallel.host.host_aligned(x))  # noqa: E731
+        if outputs.rm_scores is None:
+            return metrics
+        labels = parallel.host.gather_rows(labels)
         g = self.config.rollout.group_size
         for suffix, scores in (("", outputs.rm_scores), ("_after", outputs.rm_scores_after)):
             if scores is not None:
-                metrics |= rm_label_metrics(local(scores), labels, g, suffix)
+                metrics |= rm_label_metrics(parallel.host.fetch(scores), labels, g, suffix)
         return metrics
 
     def before_step(self, step: int) -> dict:
