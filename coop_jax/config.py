@@ -89,7 +89,8 @@ def base_config() -> ml_collections.ConfigDict:
         synthetic_train_size=20000, rephrase_field="rephrased",
     ))
     c.data.synthetic = ml_collections.ConfigDict(dict(
-        num_operands_min=2, num_operands_max=3, max_operand=20, ops="+-", answer_format="####"))
+        num_operands_min=2, num_operands_max=3, max_operand=20, ops="+-", answer_format="####",
+        surface="expression"))
 
     # Supervised warm start on reference solutions (0 steps = start RL from the loaded policy).
     c.sft = ml_collections.ConfigDict(dict(steps=0, batch_size=64, learning_rate=1e-3,

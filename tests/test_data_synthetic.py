@@ -293,3 +293,27 @@ def test_solution_error_kind():
     assert solution_error_kind(q, ref, "16-13=3. 4-5=-1. #### -1") == "other"  # broken chain
     assert solution_error_kind(q, ref, "16-13=4. 4-5=-1. #### -3") == "other"
     assert solution_error_kind(q, ref, "16-13=3. 3-5=-2.") == "no_answer"
+
+
+def test_story_surface_counts_stay_whole_and_match_the_expression():
+    cfg = SyntheticConfig(num_operands_max=3, ops="+-", max_operand=20, surface="words")
+    records = make_dataset(300, seed=1, cfg=cfg, split="test")
+    for r in records:
+        expression = r["rephrased"].removeprefix("What is ").removesuffix("?")
+        numbers = [int(n) for n in re.findall(r"\d+", r["question"])]
+        assert numbers == [int(n) for n in re.findall(r"\d+", expression)]
+        assert all(1 <= n <= 20 for n in numbers)
+        # left to right, every running total is a non-negative count, the last one the answer
+        value, steps = numbers[0], re.findall(r"[-+]", expression)
+        for op, n in zip(steps, numbers[1:]):
+            value = value + n if op == "+" else value - n
+            assert value >= 0
+        assert str(value) == r["reference"] and r["solution"].endswith(f"#### {value}")
+        assert r["question"].endswith("?") and holdout_split(r["question"]) == "test"
+    assert len({r["question"] for r in records}) == len(records)  # a large question space
+
+
+@pytest.mark.parametrize("kwargs", [dict(surface="words", ops="+*"), dict(surface="prose")])
+def test_story_surface_validation(kwargs):
+    with pytest.raises(ValueError, match="surface"):
+        SyntheticConfig(**kwargs)

@@ -5,6 +5,12 @@ solution is one step per operator, ``7+12=19. 19-5=14. #### 14`` (or ``\\boxed{1
 reference is the final integer as a string. When ``*`` follows a ``+``/``-`` chain the chain is
 parenthesised (``(2+3)*4``), so the question also reads correctly with the usual precedence.
 Texts are plain ASCII and short so a tiny character-level model can learn the task in minutes.
+
+``surface="words"`` writes the same chain as a short story problem for a pretrained LM ("Maya
+has 7 shells. She finds 12 more. How many shells does Maya have now?"): ``+``/``-`` only, each
+subtrahend at most the running total and each operand at least 1, so every count stays a
+non-negative whole number (a ``-`` after a total of 0 becomes a ``+``). The worked solution
+and the reference are those of the expression.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ Record = dict[str, Any]
 ALLOWED_OPS = "+-*"
 ANSWER_FORMATS = ("####", "boxed")
 SPLITS = ("train", "test")
+SURFACES = ("expression", "words")
 # Hash-bucket holdout: a question belongs to "test" iff crc32(question) % _HOLDOUT_MOD == 0, so the
 # train and test splits never share a question whatever their sizes and seeds.
 _HOLDOUT_MOD = 10
@@ -39,6 +46,7 @@ class SyntheticConfig:
     max_operand: int = 20
     ops: str = "+-"
     answer_format: str = "####"
+    surface: str = "expression"
 
     def __post_init__(self) -> None:
         for name in ("num_operands_min", "num_operands_max", "max_operand"):
@@ -60,6 +68,13 @@ class SyntheticConfig:
             raise ValueError(
                 f"SyntheticConfig.ops must be distinct characters from {ALLOWED_OPS!r}, "
                 f"got {self.ops!r}")
+        if self.surface not in SURFACES:
+            raise ValueError(f"SyntheticConfig.surface must be one of {SURFACES}, "
+                             f"got {self.surface!r}")
+        if self.surface == "words" and (set(self.ops) - set("+-") or self.max_operand < 1):
+            raise ValueError("SyntheticConfig.surface='words' needs ops from '+-' and "
+                             f"max_operand >= 1, got ops={self.ops!r}, "
+                             f"max_operand={self.max_operand}")
         if self.answer_format not in ANSWER_FORMATS:
             raise ValueError(
                 f"SyntheticConfig.answer_format must be one of {ANSWER_FORMATS}, "
@@ -121,17 +136,64 @@ def make_problem(rng: np.random.Generator, cfg: SyntheticConfig | None = None, *
     """One random problem as a record; ``uid`` defaults to ``synthetic:<question>``."""
     cfg = SyntheticConfig() if cfg is None else cfg
     k = int(rng.integers(cfg.num_operands_min, cfg.num_operands_max + 1))
-    operands = [int(x) for x in rng.integers(0, cfg.max_operand + 1, size=k)]
     ops = [cfg.ops[int(i)] for i in rng.integers(0, len(cfg.ops), size=k - 1)]
-    question = render_question(operands, ops)
+    if cfg.surface == "words":
+        operands, ops = _story_operands(rng, ops, cfg.max_operand)
+        expression = render_question(operands, ops)
+        question = render_story(rng, operands, ops)
+        rephrased = f"What is {expression}?"
+    else:
+        operands = [int(x) for x in rng.integers(0, cfg.max_operand + 1, size=k)]
+        question = render_question(operands, ops)
+        rephrased = make_rephrase(question)
     solution, value = solve(operands, ops, cfg.answer_format)
     return {
         "id": uid if uid is not None else f"synthetic:{question}",
         "question": question,
         "reference": str(value),
         "solution": solution,
-        "rephrased": make_rephrase(question),
+        "rephrased": rephrased,
     }
+
+
+_NAMES = (("Tom", "He"), ("Anna", "She"), ("Sam", "He"), ("Lily", "She"), ("Ben", "He"),
+          ("Maya", "She"), ("Leo", "He"), ("Emma", "She"), ("Jack", "He"), ("Sara", "She"),
+          ("Omar", "He"), ("Nina", "She"), ("Raj", "He"), ("Zoe", "She"), ("Ivan", "He"),
+          ("Mia", "She"))
+_OBJECTS = ("apples", "books", "coins", "stickers", "pencils", "marbles", "cookies", "cards",
+            "stamps", "shells", "balloons", "crayons", "buttons", "toy cars", "seeds", "beads")
+_GAINS = ("{p} gets {n} more.", "{p} finds {n} more.", "{p} buys {n} more.",
+          "A friend gives {o} {n} more.")
+_LOSSES = ("{p} gives away {n}.", "{p} loses {n}.", "{p} uses {n}.", "{p} sells {n}.")
+_ASKS = ("How many {x} does {name} have now?", "How many {x} does {name} have in the end?")
+
+
+def _story_operands(rng: np.random.Generator, ops: list[str], max_operand: int
+                    ) -> tuple[list[int], list[str]]:
+    """Operands in [1, max_operand], every subtrahend at most the running total (a `-` after a
+    total of 0 becomes a `+`)."""
+    value = int(rng.integers(1, max_operand + 1))
+    operands, story_ops = [value], []
+    for op in ops:
+        op = "+" if value == 0 else op
+        n = int(rng.integers(1, (max_operand if op == "+" else min(value, max_operand)) + 1))
+        operands.append(n)
+        story_ops.append(op)
+        value = value + n if op == "+" else value - n
+    return operands, story_ops
+
+
+def render_story(rng: np.random.Generator, operands: list[int], ops: list[str]) -> str:
+    """The chain as a story problem: a name, an object, one sentence per operation."""
+    name, pronoun = _NAMES[int(rng.integers(len(_NAMES)))]
+    objects = _OBJECTS[int(rng.integers(len(_OBJECTS)))]
+    sentences = [f"{name} has {operands[0]} {objects}."]
+    for op, n in zip(ops, operands[1:]):
+        phrasings = _GAINS if op == "+" else _LOSSES
+        text = phrasings[int(rng.integers(len(phrasings)))]
+        sentences.append(text.format(p=pronoun, n=n, o="him" if pronoun == "He" else "her"))
+    sentences.append(_ASKS[int(rng.integers(len(_ASKS)))].format(x=objects, name=name))
+    return " ".join(sentences)
 
 
 def holdout_split(question: str) -> str:

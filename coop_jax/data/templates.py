@@ -18,6 +18,10 @@ PROMPT_TEMPLATES.register(
     "synthetic", "{question} = ",
     doc='minimal template for the tiny character-level demo model: "7+12-5 = "')
 PROMPT_TEMPLATES.register("raw", "{question}", doc="the question alone")
+PROMPT_TEMPLATES.register(
+    "oneline",
+    '{question} Answer with one line: the calculation, then "####" and the number.',
+    doc="a stated one-line answer format (the real-model arithmetic task)")
 # The template each dataset's answers are written for (the CLIs' default).
 DEFAULT_TEMPLATES: dict[str, str] = {"synthetic": "synthetic", "gsm8k": "gsm8k",
                                      "math500": "boxed", "math": "boxed"}

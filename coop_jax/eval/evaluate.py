@@ -82,7 +82,8 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
                 ci(right[:, 0] if mode == "greedy" else right.mean(axis=1))
         for i, (rec, group) in enumerate(zip(records, results)):
             for j, res in enumerate(group):
-                rows.append({"id": rec.get("id", str(i)), "prompt": prompts[i],
+                rows.append({"id": rec.get("id", str(i)), "question": rec["question"],
+                             "prompt": prompts[i],
                              "reference": rec["reference"], "completion": texts[i][j],
                              "extracted": res.extracted, "correct": bool(res.correct),
                              "mode": mode, "sample_index": j, "length": int(lengths[i][j])})
@@ -117,8 +118,8 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
     each ``{"mean", "ci_low", "ci_high"}`` with a bootstrap 95% interval over problems.
 
     ``k=0`` skips sampling (the training loop's fast periodic greedy eval). Rows are one per
-    completion: ``{id, prompt, reference, completion, extracted, correct, mode, sample_index,
-    length}`` with mode "greedy" or "sampled". ``also``: as in `score_policy`.
+    completion: ``{id, question, prompt, reference, completion, extracted, correct, mode,
+    sample_index, length}`` with mode "greedy" or "sampled". ``also``: as in `score_policy`.
     """
     _check_records(records)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
