@@ -35,6 +35,9 @@ def get_config():
                     # the assistant of the cooper_rewrite arm (not in the default methods)
                     assistant_hf_path=smollm2_gguf())
     c.train.update(steps=60, eval_every=10, checkpoint_every=30)
+    # Gold (rule rewards, rule labels, the evaluation's "_strict" accuracy) needs an integer after
+    # the answer marker: the lenient rules accept a restated question ("7+2-3" for 7+2-3).
+    c.verifier.extraction = "strict_numeric"
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line
         methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,cooper_perturb",

@@ -138,7 +138,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
 
     # extraction: auto (the reward type's reference default, rewards.REWARD_SOURCES) | lenient |
-    # strict_boxed | strict_hash
+    # strict_boxed | strict_hash | strict_numeric (an integer literal after every answer marker:
+    # the synthetic task's gold in configs/toy_hacking.py; the evaluation then also reports it,
+    # "..._strict")
     c.verifier = ml_collections.ConfigDict(dict(num_workers=2, timeout_s=5.0, extraction="auto"))
     # shape: (data, fsdp, tensor), one -1 allowed. distributed: join a multi-process run
     # (parallel.maybe_initialize_distributed) with coordinator_address "host:port", num_processes

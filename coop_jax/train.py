@@ -421,6 +421,8 @@ class Trainer:
                                        c.verifier.timeout_s, stack)
         background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
         tools = HostTools(verifier, eval_verifier, background)
+        if rewards.extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
+            self.strict = {"strict": verifier}
         if self.setup.source.trains_rm and cooper.negative_strategy(
                 c.cooper.negative).needs_assistant:
             tools.rewriter = cooper.make_rewriter(c, self.mesh)

@@ -57,13 +57,40 @@ def test_verify_modes(reference, completion, lenient, boxed, hashed):
 
 
 def test_unknown_mode_is_a_clear_error():
-    assert EXTRACTION_MODES == ("lenient", "strict_boxed", "strict_hash")
+    assert EXTRACTION_MODES == ("lenient", "strict_boxed", "strict_hash", "strict_numeric")
     for call in (lambda: extract_answer("1", "boxed"), lambda: verify("1", "1", "strict"),
                  lambda: verify_detailed("1", "1", "")):
         with pytest.raises(ValueError, match="extraction must be one of"):
             call()
     with pytest.raises(ValueError, match="extraction must be one of"):
         RuleVerifier(num_workers=1, extraction="exact")
+
+
+# (completion, strict_numeric's answer) for the synthetic question 7+2-3 (reference 6)
+NUMERIC = [
+    ("7+2-3", None),                      # the restated question: lenient accepts it (= 6)
+    ("#### 7+2-3", None), ("\\boxed{7+2-3}", None),  # an unevaluated expression after a marker
+    ("#### 6", "6"), ("7+2=9. 9-3=6. #### 6", "6"), ("7+2=9. 9-3=6. \\boxed{6}", "6"),
+    ("#### 06", "6"), ("#### 6 #### 6", "6"),  # one integer, however written or repeated
+    ("#### 5 #### 6", None), ("\\boxed{6} #### 5", None), ("#### 6 or 7", None),  # hedges
+    ("6", None), ("The answer is 6.", None),  # no answer marker
+    ("7+2=9. 9-3=6. #### ", None), ("\\boxed{6", None), ("", None),  # truncated
+]
+
+
+@pytest.mark.parametrize("completion,answer", NUMERIC)
+def test_strict_numeric_needs_an_integer_after_the_marker(completion, answer):
+    assert extract_answer(completion, "strict_numeric") == answer
+    assert verify("6", completion, "strict_numeric") is (answer == "6")
+
+
+def test_strict_numeric_gold_rejects_the_restated_question():
+    assert verify("6", "7+2-3")  # the lenient rules: equal to 6
+    assert not verify("6", "7+2-3", "strict_numeric")
+    assert verify("6", "#### 6", "strict_numeric")
+    assert verify("-3", "1-4=-3. #### -3", "strict_numeric")
+    assert verify("1-4=-3. #### -3", "#### -3", "strict_numeric")  # a full-solution reference
+    assert not verify("6", "#### " + "9" * 5000, "strict_numeric")  # no int() of a huge literal
 
 
 def test_rule_verifier_uses_its_extraction_mode():

@@ -12,7 +12,9 @@ Public API::
 
 ``extraction``/``mode`` is one of ``EXTRACTION_MODES``: ``"lenient"`` (coop_jax's policy),
 ``"strict_boxed"`` (Co-rewarding: last ``\\boxed{}`` content, exact string) or
-``"strict_hash"`` (Cooper's GSM8K reward: last ``#### <number>``, exact string).
+``"strict_hash"`` (Cooper's GSM8K reward: last ``#### <number>``, exact string) or
+``"strict_numeric"`` (the synthetic task's gold: an integer literal after the last ``####`` or
+in the last ``\\boxed{}``, compared as an integer).
 
 The single-item functions run in-process (cost guards, no hard timeout); training uses
 :class:`RuleVerifier`, a process pool with hard per-item timeouts and a memory cap.

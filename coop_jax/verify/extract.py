@@ -21,7 +21,8 @@ import re
 from functools import lru_cache
 
 from coop_jax.verify.normalize import match_brace, matching_braces
-from coop_jax.verify.strict import EXTRACTION_MODES, check_mode, strict_boxed, strict_hash
+from coop_jax.verify.strict import (EXTRACTION_MODES, check_mode, strict_boxed, strict_hash,
+                                   strict_numeric)
 
 __all__ = ["EXTRACTION_MODES", "all_boxed", "extract_answer", "final_boxes", "find_boxed",
            "reference_answer"]
@@ -359,7 +360,8 @@ def extract_answer(text: str, mode: str = "lenient") -> str | None:
 
     ``mode`` is one of :data:`EXTRACTION_MODES`: ``"lenient"`` (the rules in the module
     docstring), ``"strict_boxed"`` (the last ``\\boxed{}`` content, verbatim) or
-    ``"strict_hash"`` (the last ``#### <number>``, commas and ``$`` removed).
+    ``"strict_hash"`` (the last ``#### <number>``, commas and ``$`` removed) or
+    ``"strict_numeric"`` (an integer literal after the last ``####`` / in the last box).
 
     >>> extract_answer("so the total is $\\\\boxed{\\\\frac{1}{2}}$.")
     '\\\\frac{1}{2}'
@@ -373,6 +375,8 @@ def extract_answer(text: str, mode: str = "lenient") -> str | None:
         return strict_boxed(text)
     if mode == "strict_hash":
         return strict_hash(text)
+    if mode == "strict_numeric":
+        return strict_numeric(text)
     return _lenient(text)
 
 
