@@ -112,7 +112,10 @@ def base_config() -> ml_collections.ConfigDict:
         kl_in_reward=False, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
         micro_batches=1,  # gradient accumulation within each mini-batch (lax.scan): same update
         dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
-        overlong_factor=1.0))
+        overlong_factor=1.0,
+        # log KL(pi || pi_start) of each step's rollouts (kl_to_start, kl_to_start_seq), also with
+        # kl_coef = 0: the start policy is kept as the reference (not with an EMA teacher)
+        log_kl_to_start=False))
 
     c.optim = ml_collections.ConfigDict(dict(
         learning_rate=1e-6, warmup_steps=20, schedule="constant", weight_decay=0.01, b1=0.9,

@@ -136,6 +136,10 @@ def validate_config(c) -> None:
     if c.rl.dynamic_sampling and source.device != "batch":
         raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
                          f"{c.reward.type!r} computes them on device")
+    if c.rl.log_kl_to_start and source.needs_teacher:
+        raise ValueError(f"config.rl.log_kl_to_start is not supported with reward.type="
+                         f"{c.reward.type!r}: its KL reference is the EMA teacher, not the start "
+                         "policy; set rl.log_kl_to_start=False")
     if c.rollout.overlap and (source.needs_teacher or source.before_step is not None):
         raise ValueError(f"config.rollout.overlap is not supported with reward.type="
                          f"{c.reward.type!r}: its per-step hook (the EMA teacher) changes the "

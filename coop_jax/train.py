@@ -155,7 +155,8 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
         num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
         kl_in_reward=c.rl.kl_in_reward, kl_coef_in_reward=c.rl.kl_coef,
-        kl_to_base=policy_cfg.lora is not None and c.rl.kl_coef > 0,
+        kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
+        log_kl_to_start=c.rl.log_kl_to_start,
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
         rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
         valid_vocab=valid_vocab, num_views=source.num_views)
@@ -376,8 +377,8 @@ class Trainer:
         self.tx = policy_optimizer(self.config)
         self.rm_tx = rm_optimizer(self.config) if self.rm else None
         # Co-rewarding-II: the EMA teacher is also the KL reference.
-        needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher) and (
-            self.policy_cfg.lora is None)
+        needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher
+                     or self.config.rl.log_kl_to_start) and self.policy_cfg.lora is None
         ref = jax.tree_util.tree_map(jnp.copy, policy_params) if needs_ref else None
         policy_base, policy = lora.split(policy_params, self.policy_cfg)
         rm_base, rm = lora.split(self.rm.params, self.rm.config) if self.rm else (None, None)

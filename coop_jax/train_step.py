@@ -79,6 +79,7 @@ class StepConfig:
     # LoRA: the KL reference is the policy's frozen base (`TrainState.policy_base`), no copy
     kl_to_base: bool = False
     kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
+    log_kl_to_start: bool = False  # the reference is the start policy: log KL to it (`kl_to_start`)
     device_reward: str = "batch"  # a DEVICE_REWARDS name: how the step computes rewards
     reward_options: Options = Options()  # its declared parameters
     rm: models.ModelConfig | None = None
@@ -294,6 +295,18 @@ def _old_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch) -> tupl
     return jax.lax.stop_gradient(old_logp), entropy
 
 
+def kl_to_start(old_logp: Array, ref_logp: Array, mask: Array) -> dict:
+    """KL(pi || pi_start) estimated on the rollouts (sampled from pi): `kl_to_start`, the mean
+    over response tokens of the clamped k3 (>= 0, low variance), and `kl_to_start_seq`, the mean
+    over rollouts of the summed k1 (unbiased for the sequence-level KL, Gao et al. 2022's x-axis
+    as its square root)."""
+    m = mask.astype(jnp.float32)
+    k3 = rl.kl_penalty("low_var_kl", old_logp, ref_logp)
+    k1 = rl.kl_penalty("k1", old_logp, ref_logp)
+    return {"kl_to_start": (k3 * m).sum() / jnp.maximum(m.sum(), 1.0),
+            "kl_to_start_seq": (k1 * m).sum(-1).mean()}
+
+
 def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_tx=None
                ) -> tuple[TrainState, StepOutputs]:
     """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
@@ -309,13 +322,17 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
         if cfg.kl_in_reward:
             kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
             rewards = rl.fold_kl_into_rewards(rewards, kl, batch.mask, cfg.kl_coef_in_reward)
+        if cfg.log_kl_to_start:
+            metrics.update(kl_to_start(old_logp, ref_logp, batch.mask))
+    # a reference kept only for logging stays out of the loss (no "kl" term or metric)
+    loss_ref = None if cfg.kl_in_reward or (cfg.log_kl_to_start and cfg.loss.kl_coef == 0) \
+        else ref_logp
     rewards = rewards + batch.reward_bonus  # e.g. overlong shaping, computed on host
     groups = rewards.reshape(-1, cfg.group_size)
     advantages = rl.compute_advantages(cfg.advantage, groups,
                                        **cfg.advantage_options).reshape(-1)
 
-    policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp,
-                                            None if cfg.kl_in_reward else ref_logp)
+    policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp, loss_ref)
     metrics.update(policy_metrics)
     metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean(),
                    rollout_entropy=(entropy * batch.mask).sum() / jnp.maximum(

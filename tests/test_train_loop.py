@@ -73,6 +73,36 @@ def test_sft_warm_start_dynamic_sampling_and_overlong_options(tmp_path):
     assert rows[1]["dynamic/draws"] >= 1
 
 
+def test_kl_to_start_and_strict_numeric_gold(tmp_path):
+    """rl.log_kl_to_start with kl_coef = 0: KL(pi || pi_start) on the rollouts is 0 at step 1
+    (the policy is the start policy) and > 0 after updates, with no KL term in the loss; the
+    strict_numeric gold is also the evaluation's "_strict" accuracy."""
+    import dataclasses
+
+    c = tiny_config()
+    c.rl.update(kl_coef=0.0, log_kl_to_start=True)
+    c.verifier.extraction = "strict_numeric"
+    c.train.steps = 3
+    trainer = train.Trainer(c, str(tmp_path))
+    alternate = lambda x: ([np.arange(len(x.views[0])) % 2 * 1.0], {})  # a learning signal
+    trainer.setup = dataclasses.replace(
+        trainer.setup, source=dataclasses.replace(trainer.setup.source, host=alternate))
+    summary = trainer.run()
+    rows = _rows(tmp_path)[1:]
+    assert rows[0]["kl_to_start"] == pytest.approx(0.0, abs=1e-7)
+    assert rows[0]["kl_to_start_seq"] == pytest.approx(0.0, abs=1e-6)
+    assert rows[-1]["kl_to_start"] > 1e-6 and np.isfinite(rows[-1]["kl_to_start_seq"])
+    assert all("kl" not in r for r in rows)
+    assert 0.0 <= summary["final_accuracy_strict"] <= 1.0
+
+
+def test_log_kl_to_start_refuses_an_ema_teacher_reference():
+    c = tiny_config()
+    c.reward.type, c.rl.log_kl_to_start = "corewarding_2", True
+    with pytest.raises(ValueError, match="rl.log_kl_to_start"):
+        train.validate_config(c)
+
+
 def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
     c = tiny_config()
     trainer = train.Trainer(c, str(tmp_path))
