@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import zlib
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -46,6 +47,7 @@ class RewardInputs:
     group_size: int
     verifier: Any
     options: Options = Options()         # the reward type's declared parameters
+    step: int = 0                         # the training step (seeds host-side random rewards)
 
 
 # host(inputs) -> (one float32 reward array per view, metrics)
@@ -291,6 +293,24 @@ def _corewarding_2(x: RewardInputs):
     """Co-rewarding-II: labels are the majority answers of the EMA teacher's rollouts."""
     rewards, pseudo = _vote(x, x.extracted, x.verifier.extract_batch(x.teacher))
     return [rewards], {"pseudo_label_accuracy": pseudo_label_accuracy(x.records, pseudo)}
+
+
+def random_rewards(seed: int, step: int, records: Sequence[dict], rows: int) -> np.ndarray:
+    """Bernoulli(0.5) per rollout from a host RNG seeded by (seed, step, the prompts' ids): the
+    same on a resumed step, different for a refill's prompts, independent of the texts."""
+    ids = zlib.crc32("\n".join(str(r.get("id", r["question"])) for r in records).encode())
+    rng = np.random.default_rng([int(seed), int(step), ids])
+    return (rng.random(rows) < 0.5).astype(np.float32)
+
+
+# Bernoulli(0.5), not the rule labels shuffled within the batch: a shuffle keeps the batch's
+# reward rate equal to the policy's accuracy, so the signal's strength would still follow the
+# task; a coin's is the same at every step (the "random reward" calibration of Shao et al. 2025,
+# "Spurious Rewards"). Rule labels are still computed, in the background, for rule_accuracy.
+@register_reward("random", uses_rule_labels=False, params={"seed": Param("seed")})
+def _random(x: RewardInputs):
+    """Calibration: a fair coin per rollout, unrelated to the completion."""
+    return [random_rewards(x.options["seed"], x.step, x.records, len(x.views[0]))], {}
 
 
 @register_reward("hybrid", device="hybrid")

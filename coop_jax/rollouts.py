@@ -136,7 +136,7 @@ def decode_rollouts(setup: RolloutSetup, samples: SampledRollouts) -> DecodedRol
 
 # ---------------------------------------------------------------------- verify and reward
 def score_rollouts(setup: RolloutSetup, records: list[dict], rollouts: DecodedRollouts,
-                   tools: HostTools) -> ScoredRollouts:
+                   tools: HostTools, step: int = 0) -> ScoredRollouts:
     """Rule labels (in the background when no reward waits for them) and the host rewards."""
     texts, g = rollouts.texts[0], setup.group_size
     references = [records[i // g]["reference"] for i in range(len(texts))]
@@ -148,7 +148,7 @@ def score_rollouts(setup: RolloutSetup, records: list[dict], rollouts: DecodedRo
         pending = tools.background.submit(rewards.rule_labels, tools.verifier, references, texts)
     host_rewards, host_metrics = setup.source.host(rewards.RewardInputs(
         records, rollouts.texts, labels, extracted, rollouts.teacher, g, tools.verifier,
-        setup.reward_options))
+        setup.reward_options, step))
     return ScoredRollouts(host_rewards, labels, extracted, pending, metrics | host_metrics)
 
 
@@ -231,7 +231,7 @@ def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],
     t0 = time.perf_counter()
     rollouts = decode_rollouts(setup, samples)
     t1 = time.perf_counter()
-    scored = score_rollouts(setup, records, rollouts, tools)
+    scored = score_rollouts(setup, records, rollouts, tools, step)
     metrics = scored.metrics | {"time/sample": t1 - t0, "time/verify": time.perf_counter() - t1}
     batch = make_batch(setup, records, rollouts, scored)
     if setup.source.trains_rm:

@@ -63,6 +63,8 @@ def test_arms_share_everything_but_reward_and_negative():
     assert all(c == first for c in flat.values())
     assert configs["cooper_perturb"].cooper.negative == "perturb"
     assert configs["cooper_consistent_wrong"].cooper.negative == "consistent_wrong"
+    assert configs["random"].reward.type == "random" and configs["random"].cooper.rm_checkpoint == ""
+    assert "random" not in reward_hacking._methods(config.experiment.methods)
     assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
     assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
     with pytest.raises(ValueError, match="experiment.methods"):

@@ -84,6 +84,26 @@ def test_every_reward_type_is_registered_with_a_device_source():
         rewards.reward_source("nope")
 
 
+def test_random_reward_is_a_seeded_fair_coin_unrelated_to_the_texts():
+    records = [{"id": f"r{i}", "question": "q", "reference": "7"} for i in range(64)]
+    source = rewards.REWARD_SOURCES["random"]
+    assert not source.uses_rule_labels and not source.needs_rm
+
+    def coin(texts, step=0, seed=0, recs=records):
+        x = rewards.RewardInputs(recs, [texts], None, None, None, 2, None,
+                                 Options.of(seed=seed), step)
+        return source.host(x)[0][0]
+
+    right, wrong = ["#### 7"] * 128, ["#### 8"] * 128
+    r = coin(right)
+    assert set(np.unique(r)) == {0.0, 1.0} and 0.35 < r.mean() < 0.65
+    np.testing.assert_array_equal(r, coin(wrong))  # the completion does not matter
+    np.testing.assert_array_equal(r, coin(right))  # a resumed step draws the same
+    assert not np.array_equal(r, coin(right, step=1))
+    assert not np.array_equal(r, coin(right, seed=1))
+    assert not np.array_equal(r, coin(right, recs=records[::-1]))  # a refill's prompts
+
+
 def _inputs(views, labels=None, extracted=None, teacher=None, G=2, match="exact"):
     records = [{"question": "q1", "reference": "7"}, {"question": "q2", "reference": "3"}]
     return rewards.RewardInputs(records, views, labels, extracted, teacher, G, _Extractor(),

@@ -48,6 +48,9 @@ ARMS = {
     # SmolLM2-135M-Instruct as the assistant (`cooper.assistant_hf_path`), run for its keep rate
     # and cost per step.
     "cooper_rewrite": ("cooper", "rewrite"),
+    # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
+    # "random"), for how much of an arm's gain has nothing to do with its reward.
+    "random": ("random", None),
 }
 
 
