@@ -45,7 +45,10 @@ def get_config():
         # static RM data: samples of the SFT policy on the first rm_questions training questions;
         # heldout_fraction of the questions form the fixed held-out set (+ consistent-wrong
         # rewrites of their correct samples)
-        rm_questions=1600, samples_per_question=4, heldout_fraction=0.05))
+        rm_questions=1600, samples_per_question=4, heldout_fraction=0.05,
+        # each finished run's summary.json / metrics.jsonl go to <results_dir>/runs/<arm>_s<seed>
+        # (relative to the working folder; "" = only the workdir); a rerun skips those runs
+        results_dir="docs/results/reward_hacking"))
     # the static RM's training (the PyTorch calibration: lr 5e-5, batch 32, 300-500 steps;
     # 3 epochs of ~4,600 triples = ~430 steps, past the calibration's transition at 200-300)
     # No gradient clipping: with rm_train.grad_clip=1.0 (the default) the same RM stayed at the

@@ -184,3 +184,61 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert "rm_heldout_accuracy" in rows[0] and "pairs/valid" in rows[-1]
     assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()
+
+
+def _git(repo, *args):
+    import subprocess
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
+    """run_store.run_all with a fake run: each finished run's summary is kept (and committed,
+    that folder only) as it ends; a rerun, even from a fresh workdir, skips the kept runs; a kept
+    summary of other settings is refused."""
+    from coop_jax.experiments import run_store
+
+    for var, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"),
+                       ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
+        monkeypatch.setenv(var, value)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "other.txt").write_text("someone else's uncommitted work\n")
+    _git(repo, "add", "other.txt")  # staged by someone else: must stay out of the commits
+    calls = []
+
+    def fake_run(arm, seed, run_dir):
+        calls.append((arm, seed))
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as fh:
+            fh.write(json.dumps({"step": 1, "rule_accuracy": 0.5}) + "\n")
+        return {"arm": arm, "seed": seed, "final_accuracy": 0.5}
+
+    runs = [("rule", 0), ("static_rm", 0)]
+    results = str(repo / "results")
+    kw = dict(settings="abc", results_dir=results)
+    dirs = run_store.run_all(runs, fake_run, workdir=str(tmp_path / "w1"), commit=True, **kw)
+    assert calls == runs
+    assert dirs == [run_store.kept_dir(results, a, s) for a, s in runs]
+    for d in dirs:
+        assert sorted(os.listdir(d)) == ["metrics.jsonl", "summary.json"]
+    log = _git(repo, "log", "--format=%s", "--name-only")
+    assert log.count("reward hacking: run") == 2 and "other.txt" not in log
+    assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")
+    again = run_store.run_all(runs + [("rule", 1)], fake_run, workdir=str(tmp_path / "w2"), **kw)
+    assert calls == runs + [("rule", 1)] and again[:2] == dirs
+    with pytest.raises(ValueError, match="other settings"):
+        run_store.run_all(runs, fake_run, workdir=str(tmp_path / "w3"), settings="xyz",
+                          results_dir=results)
+
+
+def test_settings_fingerprint_ignores_the_run_selection():
+    from coop_jax.experiments import run_store
+
+    config = reward_hacking_config()
+    base = run_store.fingerprint(config)
+    config.experiment.update(methods="rule", seeds="3", results_dir="/elsewhere")
+    assert run_store.fingerprint(config) == base
+    config.train.steps += 1
+    assert run_store.fingerprint(config) != base

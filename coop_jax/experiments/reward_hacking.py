@@ -15,6 +15,9 @@ one SFT policy and one static RM, several seeds.
    heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}).
 4. Every arm x seed: `coop-train` from the SFT policy; RM arms start from the static RM ->
    DIR/runs/<arm>_s<seed>. Arms differ only in reward source and Cooper's negative strategy.
+   Each finished run's summary.json and metrics.jsonl are kept in
+   `experiment.results_dir`/runs/<arm>_s<seed> (committed as the run ends with --commit); a
+   rerun skips the runs kept there (`run_store`), so the experiment can span sessions.
 5. DIR/report.md, report.json, curves.png (hacking_report.py).
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
+from coop_jax.experiments import run_store
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm_scoring import evaluate_reward_model
@@ -192,7 +196,21 @@ def _methods(value) -> list[str]:
     return names
 
 
-def main(config, workdir: str, command: str | None = None) -> dict:
+def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str) -> run_store.RunFn:
+    """run(arm, seed, run_dir) -> the summary of one `coop-train` run of the experiment."""
+    def run(arm: str, seed: int, run_dir: str) -> dict:
+        cpu = time.process_time()
+        summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout), run_dir)
+        # CPU seconds of this process (all its threads): wall time on a shared machine says
+        # little about the cost on dedicated cores
+        return summary | {"arm": arm, "negative": ARMS[arm][1],
+                          "cpu_seconds": time.process_time() - cpu}
+    return run
+
+
+def main(config, workdir: str, command: str | None = None, commit: bool = False) -> dict:
+    """The whole experiment (module doc); `commit`: commit each finished run's kept summary
+    (`experiment.results_dir`, `run_store`) as it ends."""
     e = config.experiment
     methods, seeds = _methods(e.methods), _seeds(e.seeds)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
@@ -200,23 +218,11 @@ def main(config, workdir: str, command: str | None = None) -> dict:
     train_path, heldout_path = rm_triples(config, policy_dir, rm_dir)
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
         static_rm(config, train_path, heldout_path, rm_dir)
-    run_dirs = []
-    for arm in methods:
-        for seed in seeds:
-            run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
-            run_dirs.append(run_dir)
-            if os.path.exists(os.path.join(run_dir, "summary.json")):
-                continue
-            log.info("run %s seed %d", arm, seed)
-            cpu = time.process_time()
-            summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout_path),
-                                  run_dir)
-            # CPU seconds of this process (all its threads): wall time on a shared machine says
-            # little about the cost on dedicated cores
-            summary |= {"arm": arm, "negative": ARMS[arm][1],
-                        "cpu_seconds": time.process_time() - cpu}
-            with open(os.path.join(run_dir, "summary.json"), "w") as fh:
-                json.dump(summary, fh, indent=2)
+    run_dirs = run_store.run_all(
+        [(arm, seed) for arm in methods for seed in seeds],
+        arm_runner(config, policy_dir, rm_dir, heldout_path), workdir=workdir,
+        settings=run_store.fingerprint(config), results_dir=e.get("results_dir", ""),
+        commit=commit)
     from coop_jax.experiments.hacking_report import write_hacking_report
     return write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
                                 expected={arm: seeds for arm in methods}, command=command)
@@ -228,6 +234,8 @@ def run() -> None:
 
     config_flags.DEFINE_config_file("config", "configs/toy_hacking.py", "experiment config")
     flags.DEFINE_string("workdir", "runs/hacking", "output folder")
+    flags.DEFINE_bool("commit", False, "git-commit each finished run's summary folder "
+                      "(config.experiment.results_dir/runs/<arm>_s<seed>) as it ends")
 
     def _main(argv):
         del argv
@@ -237,8 +245,8 @@ def run() -> None:
         import shlex
         import sys
         command = "python -m coop_jax.experiments.reward_hacking " + shlex.join(sys.argv[1:])
-        print(json.dumps(main(flags.FLAGS.config, flags.FLAGS.workdir, command), indent=2,
-                         default=str))
+        print(json.dumps(main(flags.FLAGS.config, flags.FLAGS.workdir, command,
+                              commit=flags.FLAGS.commit), indent=2, default=str))
 
     app.run(_main)
 

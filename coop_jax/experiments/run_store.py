@@ -1,0 +1,102 @@
+"""Run-by-run resume from committed run summaries, for experiments longer than one session.
+
+Each finished run's small files (summary.json, metrics.jsonl) are copied to
+`<results_dir>/runs/<arm>_s<seed>/`, and with `commit` they are committed (that folder only)
+right after the run ends. A rerun skips every run whose copy exists, on this machine or from a
+clean clone, so a killed experiment loses at most the run in progress. Each summary carries the
+fingerprint of the settings it ran under; a copy from other settings is an error rather than a
+silent skip (or a silent overwrite of committed results).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+from typing import Callable, Sequence
+
+log = logging.getLogger("coop_jax")
+
+KEPT_FILES = ("summary.json", "metrics.jsonl")
+# experiment fields that choose which runs to do, not how a run goes
+_SELECTION_FIELDS = ("methods", "seeds", "results_dir")
+
+# run_fn(arm, seed, run_dir) -> the run's summary (it writes metrics.jsonl into run_dir)
+RunFn = Callable[[str, int, str], dict]
+
+
+def fingerprint(config) -> str:
+    """A short hash of every setting of `config` but the run selection (`_SELECTION_FIELDS`)."""
+    settings = config.to_dict()
+    settings["experiment"] = {k: v for k, v in settings.get("experiment", {}).items()
+                              if k not in _SELECTION_FIELDS}
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def kept_dir(results_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(results_dir, "runs", f"{arm}_s{seed}")
+
+
+def _summary(run_dir: str) -> dict | None:
+    path = os.path.join(run_dir, "summary.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _check_settings(summary: dict, where: str, expected: str) -> None:
+    found = summary.get("settings_fingerprint")
+    if found != expected:
+        raise ValueError(f"{where}/summary.json ran under other settings (fingerprint {found}, "
+                         f"this config's {expected}): move it away or set "
+                         "config.experiment.results_dir to another folder")
+
+
+def git_commit(path: str, message: str) -> None:
+    """`git add <path> && git commit -m <message> -- <path>`: that folder only."""
+    folder = os.path.abspath(path)
+    subprocess.run(["git", "-C", folder, "add", "--", "."], check=True)
+    subprocess.run(["git", "-C", folder, "commit", "-q", "-m", message, "--", "."], check=True)
+
+
+def keep(run_dir: str, dest: str, message: str | None) -> None:
+    """Copy the run's small files to `dest`, and commit them there when `message` is given."""
+    os.makedirs(dest, exist_ok=True)
+    for name in KEPT_FILES:
+        if os.path.exists(os.path.join(run_dir, name)):
+            shutil.copyfile(os.path.join(run_dir, name), os.path.join(dest, name))
+    if message is not None:
+        git_commit(dest, message)
+
+
+def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str, settings: str,
+            results_dir: str = "", commit: bool = False) -> list[str]:
+    """Every (arm, seed) not finished yet, in order; the folders that hold each run's summary
+    (the kept copy under `results_dir` when set, else the run's workdir)."""
+    out = []
+    for arm, seed in runs:
+        dest = kept_dir(results_dir, arm, seed) if results_dir else None
+        kept = _summary(dest) if dest else None
+        if kept is not None:
+            _check_settings(kept, dest, settings)
+            log.info("run %s seed %d: kept summary in %s, skipped", arm, seed, dest)
+            out.append(dest)
+            continue
+        run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
+        summary = _summary(run_dir)
+        if summary is None:
+            log.info("run %s seed %d", arm, seed)
+            summary = run_fn(arm, seed, run_dir) | {"settings_fingerprint": settings}
+            with open(os.path.join(run_dir, "summary.json"), "w") as fh:
+                json.dump(summary, fh, indent=2)
+        _check_settings(summary, run_dir, settings)
+        if dest:
+            keep(run_dir, dest, f"reward hacking: run {arm} seed {seed} "
+                                f"(final accuracy {summary.get('final_accuracy')})"
+                 if commit else None)
+        out.append(dest or run_dir)
+    return out
