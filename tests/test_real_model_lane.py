@@ -1,0 +1,86 @@
+"""The real-model lane's bookkeeping (coop_jax.experiments.real_model and its report) on made-up
+files: paired gains, the time split, Cooper's pair counts, held-out RM triples, resumption."""
+import json
+
+import numpy as np
+import pytest
+
+from coop_jax.experiments import real_model, real_model_report
+
+
+def _sample(i: int, mode: str, correct: bool, j: int = 0) -> dict:
+    return {"id": f"q{i}", "question": f"Q{i}?", "reference": str(i), "completion": f"c{i}.{j}",
+            "correct": correct, "mode": mode, "sample_index": j}
+
+
+def _write_jsonl(path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _samples(greedy: list[bool], sampled: list[list[bool]]) -> list[dict]:
+    rows = [_sample(i, "greedy", c) for i, c in enumerate(greedy)]
+    return rows + [_sample(i, "sampled", c, j) for i, cs in enumerate(sampled)
+                   for j, c in enumerate(cs)]
+
+
+def test_paired_gain_is_the_per_question_difference():
+    before = _samples([False, False, True, False], [[False, False]] * 3 + [[True, False]])
+    after = _samples([True, False, True, True], [[True, True]] * 2 + [[False, False]] * 2)
+    gain = real_model_report.paired_gain(before, after)
+    assert gain["greedy_accuracy"]["mean"] == pytest.approx(0.5)  # 2 of 4 questions flipped up
+    assert gain["greedy_accuracy"]["questions"] == 4
+    # avg@2 per question: after (1, 1, 0, 0) - before (0, 0, 0, 0.5)
+    assert gain["avg_at_k"]["mean"] == pytest.approx((1 + 1 + 0 - 0.5) / 4)
+    assert gain["greedy_accuracy"]["ci_low"] <= 0.5 <= gain["greedy_accuracy"]["ci_high"]
+
+
+def test_time_split_skips_the_compiling_step_and_cooper_counts_pair_steps():
+    metrics = [{"step": 0, "eval/greedy_accuracy": 0.1}]
+    metrics += [{"step": s, "time/step": 100.0 if s == 1 else 10.0, "time/sample": 4.0,
+                 "time/update": 5.0, "time/verify": 0.1, "pairs/valid": [0, 2, 3, 0][s - 1],
+                 "reward_mean": 0.1 * s} for s in range(1, 5)]
+    metrics.append({"step": 4, "rm_heldout_accuracy": 0.7})
+    assert real_model_report.time_split(metrics)["time/step"] == pytest.approx(10.0)
+    cooper = real_model_report.cooper_diagnostics(metrics)
+    assert cooper["steps_with_pairs"] == "2/4" and cooper["mean_pairs_per_step"] == 1.25
+    assert cooper["rm_heldout_accuracy"]["last"] == 0.7
+    curve = real_model_report.training_curve(metrics, window=2)
+    assert curve["first"] == pytest.approx(0.15) and curve["last"] == pytest.approx(0.35)
+
+
+def test_heldout_triples_are_balanced_and_labelled_by_the_rule():
+    samples = _samples([True] * 3, [[True, False, False], [False, False, False], [True, True]])
+    triples = real_model.heldout_triples(samples)
+    labels = [t["label"] for t in triples]
+    assert labels.count(True) == 3 and labels.count(False) == 2  # one wrong per question, <= right
+    assert all(set(t) == {"question", "reference", "completion", "label"} for t in triples)
+
+
+def test_report_over_finished_runs(tmp_path):
+    base = tmp_path / "base_eval"
+    base.mkdir()
+    iv = {"mean": 0.25, "ci_low": 0.0, "ci_high": 0.5}
+    (base / "report.json").write_text(json.dumps(
+        {"greedy_accuracy": iv, "avg_at_k": iv, "k": 2, "num_problems": 4}))
+    _write_jsonl(base / "samples.jsonl", _samples([False, True, False, False], [[False] * 2] * 4))
+    run = tmp_path / "rule_s0"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"arm": "rule", "seed": 0, "train_wall_s": 60.0,
+                                              "peak_rss_mib": 2048.0, "train_command": "x"}))
+    (run / "eval_report.json").write_text(json.dumps({"greedy_accuracy": iv, "avg_at_k": iv}))
+    _write_jsonl(run / "eval_samples.jsonl", _samples([True, True, False, False],
+                                                       [[True, False]] * 4))
+    _write_jsonl(run / "metrics.jsonl", [{"step": 1, "time/step": 3.0, "reward_mean": 0.5}])
+    (tmp_path / "not_a_run").mkdir()
+    out = real_model_report.write_report(str(tmp_path))
+    assert list(out["runs"]) == ["rule_s0"]
+    assert out["runs"]["rule_s0"]["gain"]["greedy_accuracy"]["mean"] == pytest.approx(0.25)
+    md = (tmp_path / "report.md").read_text()
+    assert "| rule_s0 | 1 |" in md and "+25.0" in md and "2.00 |" in md
+    assert np.isfinite(json.loads((tmp_path / "report.json").read_text())
+                       ["runs"]["rule_s0"]["gain"]["avg_at_k"]["mean"])
+
+
+def test_runs_must_name_an_arm_and_a_seed(tmp_path):
+    with pytest.raises(Exception, match="--runs"):
+        real_model.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
