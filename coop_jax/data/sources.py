@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any, Callable
 
+from coop_jax.data import hub
 from coop_jax.data.synthetic import SPLITS as SYNTHETIC_SPLITS
 from coop_jax.data.synthetic import SyntheticConfig, make_dataset
 from coop_jax.jsonl import JsonlError, iter_jsonl
@@ -201,19 +202,20 @@ def load_math_jsonl(path: str | os.PathLike, *, id_prefix: str | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class Dataset:
-    """A `data.dataset` option: its splits, and the reader of a split's JSONL file (None: the
-    generated synthetic task)."""
+    """A `data.dataset` option: its splits, the reader of a split's JSONL file (None: the
+    generated synthetic task) and its Hub copy, read when no data_dir is given."""
     splits: tuple[str, ...]
     reader: Callable[..., tuple[list, SkipStats]] | None = None
+    hub: hub.HubSource | None = None
 
 
 DATASETS: Registry[Dataset] = Registry("data.dataset")
 DATASETS.register("synthetic", Dataset(tuple(SYNTHETIC_SPLITS)),
                   doc="generated arithmetic problems (coop_jax.data.synthetic)")
-DATASETS.register("gsm8k", Dataset(("train", "test"), load_gsm8k_jsonl),
+DATASETS.register("gsm8k", Dataset(("train", "test"), load_gsm8k_jsonl, hub.GSM8K),
                   doc="GSM8K JSONL (question, answer with '#### <number>')")
-DATASETS.register("math500", Dataset(("test",), load_math_jsonl), doc="MATH500 JSONL")
-DATASETS.register("math", Dataset(("train", "test"), load_math_jsonl), doc="MATH JSONL")
+DATASETS.register("math500", Dataset(("test",), load_math_jsonl, hub.MATH500), doc="MATH500 JSONL")
+DATASETS.register("math", Dataset(("train", "test"), load_math_jsonl, hub.MATH), doc="MATH JSONL")
 FILE_SPLITS = {name: d.splits for name, d in DATASETS.items() if d.reader is not None}
 
 
@@ -227,16 +229,24 @@ def resolve_split_file(dataset: str, split: str, data_dir: str | os.PathLike) ->
     raise FileNotFoundError(f"no {dataset} '{split}' file; tried {candidates}")
 
 
+def needs_data_dir(dataset: str) -> bool:
+    """Whether a dataset can only be read from a data_dir (a file dataset with no Hub copy)."""
+    d = DATASETS[dataset]
+    return d.reader is not None and d.hub is None
+
+
 def _split_reader(dataset: str, split: str, data_dir: str | os.PathLike | None
                   ) -> tuple[Callable[..., tuple[list, SkipStats]], str]:
-    """The reader and the file of a file dataset's split (split and data_dir checked)."""
-    reader, splits = DATASETS[dataset].reader, DATASETS[dataset].splits
-    if split not in splits:
-        raise ValueError(f"split for {dataset!r} must be one of {splits}, got {split!r}")
-    if data_dir is None:
+    """The reader and the file of a file dataset's split: from data_dir, else the Hub copy."""
+    d = DATASETS[dataset]
+    if split not in d.splits:
+        raise ValueError(f"split for {dataset!r} must be one of {d.splits}, got {split!r}")
+    if data_dir is not None:
+        return d.reader, resolve_split_file(dataset, split, data_dir)
+    if d.hub is None:
         raise ValueError(f"data_dir is required for dataset {dataset!r} (a folder holding "
-                         f"{[s + '.jsonl' for s in splits]})")
-    return reader, resolve_split_file(dataset, split, data_dir)
+                         f"{[s + '.jsonl' for s in d.splits]})")
+    return d.reader, hub.split_file(dataset, d.hub, split)
 
 
 def read_split_rows(dataset: str, split: str, data_dir: str | os.PathLike
@@ -272,7 +282,8 @@ def load_split(dataset: str, split: str, *, data_dir: str | os.PathLike | None =
 
     ``synthetic`` generates ``num_examples`` problems (default ``SYNTHETIC_SPLIT_SIZES[split]``)
     from ``seed``; its train and test splits never share a question. The file datasets read
-    ``<data_dir>/<split>.jsonl`` (or ``<data_dir>/<dataset>/<split>.jsonl``), keep the first
+    ``<data_dir>/<split>.jsonl`` (or ``<data_dir>/<dataset>/<split>.jsonl``), or with no
+    data_dir their pinned Hub copy (``coop_jax.data.hub``, fetched once), keep the first
     ``num_examples`` rows (all if fewer), and ignore ``seed``.
     """
     if dataset not in DATASETS:

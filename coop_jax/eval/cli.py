@@ -266,8 +266,6 @@ def _evaluate_policy(f, t0: float) -> dict:
     if dataset not in DATASETS:
         raise UsageError(f"--dataset must be one of {list(DATASETS)}, got {dataset!r}")
     data_dir = _pick(f.data_dir, config.data.data_dir) or None
-    if dataset != "synthetic" and not data_dir:
-        raise UsageError(f"--data_dir is required for --dataset={dataset}")
     template = _template(f, config, config_given)
     chat = bool(_pick(f.chat, config.data.chat_template))
     if chat and not getattr(tokenizer, "chat_template", None):

@@ -31,6 +31,7 @@ CURVES = (
     ("reward_mean", "reward (mean)"),
     ("proxy_reward_mean", "proxy (RM) reward"),
     ("rule_accuracy", "rule accuracy (rollouts)"),
+    ("eval/headline_accuracy", "held-out headline accuracy"),  # eval.headline: avg@k or greedy
     ("eval/greedy_accuracy", "held-out greedy accuracy"),
     ("rm_rule_agreement", "RM-rule agreement"),
     ("kl", "KL to reference"),
@@ -143,18 +144,31 @@ def _curve(rows_of_runs: list[list[dict]], key: str):
             np.array([s["ci_low"] for s in stats]), np.array([s["ci_high"] for s in stats]))
 
 
-def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
-                groups: dict[str, str] | None = None,
-                curves: tuple[tuple[str, str], ...] = CURVES) -> list[str]:
-    """One subplot per (key, title) of `curves` that any run logged; one line per group (the
-    mean over its runs, with a shaded 95% band where at least two runs logged the step).
+def _row_lengths(n: int, max_cols: int = 3) -> list[int]:
+    """Panels per row, as even as the rows allow, longer rows first: 4 -> [2, 2], 5 -> [3, 2]."""
+    nrows = math.ceil(n / max_cols)
+    base, extra = divmod(n, nrows)
+    return [base + 1] * extra + [base] * (nrows - extra)
 
-    ``groups`` maps run name -> group label (default: every run is its own group). Returns the
-    metric keys plotted; writes nothing when there are none.
-    """
+
+def _panel_axes(fig, n: int) -> list:
+    """``n`` axes filling the figure's grid: a shorter row's panels are wider, no cell is empty."""
+    rows = _row_lengths(n)
+    width = math.lcm(*rows)
+    grid = fig.add_gridspec(len(rows), width)
+    return [fig.add_subplot(grid[r, j * (width // k):(j + 1) * (width // k)])
+            for r, k in enumerate(rows) for j in range(k)]
+
+
+def curves_figure(metrics_rows_by_run: dict[str, list[dict]],
+                  groups: dict[str, str] | None = None,
+                  curves: tuple[tuple[str, str], ...] = CURVES) -> tuple[Any, list[str]]:
+    """The matplotlib Figure of :func:`plot_curves` and the metric keys it plots;
+    ``(None, [])`` when no run logged any of ``curves``."""
     import matplotlib.lines
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend state
+    from matplotlib.ticker import MaxNLocator
 
     groups = groups or {name: name for name in metrics_rows_by_run}
     missing = set(metrics_rows_by_run) - set(groups)
@@ -164,20 +178,16 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
                if any(math.isfinite(_number(r.get(k)))
                       for rows in metrics_rows_by_run.values() for r in rows)]
     if not present:
-        logger.warning("no plottable metrics (%s); %s not written",
-                       ", ".join(k for k, _ in curves), out_png)
-        return []
+        return None, []
     members: dict[str, list[list[dict]]] = {}
     for run, rows in metrics_rows_by_run.items():
         members.setdefault(groups[run], []).append(rows)
     # one colour per group in every subplot, also where a group logged nothing
     colors = {label: f"C{j % 10}" for j, label in enumerate(sorted(members))}
-    ncols = min(3, len(present))
-    nrows = math.ceil(len(present) / ncols)
-    fig = Figure(figsize=(4.5 * ncols, 3.2 * nrows), layout="constrained")
+    rows = _row_lengths(len(present))
+    fig = Figure(figsize=(4.5 * rows[0], 3.2 * len(rows)), layout="constrained")
     FigureCanvasAgg(fig)
-    for i, (key, title) in enumerate(present):
-        ax = fig.add_subplot(nrows, ncols, i + 1)
+    for i, (ax, (key, title)) in enumerate(zip(_panel_axes(fig, len(present)), present)):
         for label in sorted(members):
             steps, mean, low, high = _curve(members[label], key)
             if not len(steps):
@@ -187,15 +197,35 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
             if band.any():
                 ax.fill_between(steps, np.where(band, low, mean), np.where(band, high, mean),
                                 color=colors[label], alpha=0.2, lw=0)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(key, fontsize=9)  # the metrics.jsonl name
         ax.set_xlabel("step")
+        ax.set_ylabel(title, fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         if i == 0:
             handles = [matplotlib.lines.Line2D([], [], color=colors[g], label=g) for g in colors]
             ax.legend(handles=handles, fontsize=8)
+    return fig, [k for k, _ in present]
+
+
+def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
+                groups: dict[str, str] | None = None,
+                curves: tuple[tuple[str, str], ...] = CURVES) -> list[str]:
+    """One subplot per (key, title) of `curves` that any run logged (the title labels its y
+    axis); one line per group (the mean over its runs, with a shaded 95% band where at least two
+    runs logged the step).
+
+    ``groups`` maps run name -> group label (default: every run is its own group). Returns the
+    metric keys plotted; writes nothing when there are none.
+    """
+    fig, plotted = curves_figure(metrics_rows_by_run, groups, curves)
+    if fig is None:
+        logger.warning("no plottable metrics (%s); %s not written",
+                       ", ".join(k for k, _ in curves), out_png)
+        return []
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
     fig.savefig(out_png, dpi=110)
-    return [k for k, _ in present]
+    return plotted
 
 
 def write_report(run_dirs: list[str], out_dir: str, group_by: str = "method") -> dict:

@@ -8,6 +8,7 @@ tokenizer. Regenerate with `python -m coop_jax.models.tokenizer`.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import string
 
@@ -71,6 +72,10 @@ def end_token_id(tokenizer) -> int:
     return stop_token_ids(tokenizer)[0]
 
 
+def _no_torch_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("PyTorch was not found")
+
+
 def load_tokenizer(path: str | None = None):
     """The tokenizer of a local folder, a `.gguf` file or a Hub id (default: the shipped
     character tokenizer). A `.gguf` file's tokenizer comes from its converted folder (see
@@ -81,6 +86,9 @@ def load_tokenizer(path: str | None = None):
     tokenizer class from config.json (e.g. Qwen2Tokenizer), whose pre-tokenizer drops the
     character tokenizer's spaces.
     """
+    # transformers' import warns when torch is missing; tokenizers need no torch (addFilter
+    # ignores a filter it already has)
+    logging.getLogger("transformers").addFilter(_no_torch_notice)
     import transformers
 
     path = path or CHAR_TOKENIZER_DIR
