@@ -127,10 +127,17 @@ def test_coop_eval_flag_errors(args, message):
 @pytest.mark.parametrize("args,message", [
     (["--template=bogus"], "--template must be one of"),
     (["--chat"], "chat template"),
-    (["--dataset=gsm8k"], "--data_dir is required"),
+    (["--dataset=gsm8k"], "data_dir is required"),  # no data_dir and no Hub
     (["--split=validation"], "--split=validation"),
 ])
-def test_coop_eval_errors_after_loading(lm_dir, tmp_path, args, message):
+def test_coop_eval_errors_after_loading(lm_dir, tmp_path, monkeypatch, args, message):
+    import huggingface_hub
+
+    def offline(*args, **kwargs):
+        raise huggingface_hub.errors.LocalEntryNotFoundError("offline")
+
+    monkeypatch.setenv("COOP_JAX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
     with pytest.raises(UsageError, match=message):
         cli.main(["coop-eval", f"--hf={lm_dir}", f"--out={tmp_path}", *args])
 
