@@ -38,6 +38,8 @@ def get_config():
     # Gold (rule rewards, rule labels, the evaluation's "_strict" accuracy) needs an integer after
     # the answer marker: the lenient rules accept a restated question ("7+2-3" for 7+2-3).
     c.verifier.extraction = "strict_numeric"
+    c.probes.every = 10  # the probes' RM false-accept rate and policy log-likelihood
+    c.rl.log_kl_to_start = True  # KL(pi || pi_start) of the rollouts, for gold / proxy vs sqrt(KL)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line
         methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,cooper_perturb",
@@ -46,6 +48,8 @@ def get_config():
         # heldout_fraction of the questions form the fixed held-out set (+ consistent-wrong
         # rewrites of their correct samples)
         rm_questions=1600, samples_per_question=4, heldout_fraction=0.05,
+        # hack probes (experiments/hack_probes.py) of this many held-out questions, 10 patterns
+        probe_questions=32,
         # each finished run's summary.json / metrics.jsonl go to <results_dir>/runs/<arm>_s<seed>
         # (relative to the working folder; "" = only the workdir); a rerun skips those runs
         results_dir="docs/results/reward_hacking"))

@@ -140,6 +140,11 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
 
+    # hack probes (coop_jax.probes): JSONL triples of rule-wrong completions with a "pattern";
+    # at step 0, every `every` steps (0: the last only) and at the end, the reward RM's false-accept
+    # rate and the policy's log-likelihood per token of each pattern ("" = off)
+    c.probes = ml_collections.ConfigDict(dict(triples="", every=0))
+
     # extraction: auto (the reward type's reference default, rewards.REWARD_SOURCES) | lenient |
     # strict_boxed | strict_hash | strict_numeric (an integer literal after every answer marker:
     # the synthetic task's gold in configs/toy_hacking.py; the evaluation then also reports it,
@@ -319,6 +324,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")
     _positive(c.cooper.micro_batches, "cooper.micro_batches")
+    _positive(c.probes.every, "probes.every", allow_zero=True)
     if c.rollout.prompts_per_step % c.cooper.micro_batches:
         raise ValueError(f"config.cooper.micro_batches ({c.cooper.micro_batches}) must divide "
                          f"rollout.prompts_per_step ({c.rollout.prompts_per_step}): one pair "

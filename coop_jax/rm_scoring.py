@@ -34,20 +34,26 @@ def score_triples(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequen
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     ids, mask = fmt.tokenize_triples(tokenizer, triples)
-    fn = _jit_scores(rm_cfg)
+    return map_rows(_jit_scores(rm_cfg), params, (ids, mask), batch_size)
+
+
+def map_rows(fn, params, arrays: Sequence[np.ndarray], batch_size: int) -> np.ndarray:
+    """`fn(params, *arrays' rows)` -> one value per row (the first of its row), over every row of
+    `arrays` in fixed-shape batches of about `batch_size` rows, each host computing its block;
+    float64 [n] on every host."""
+    n = len(arrays[0])
     mesh, hosts = host.mesh_of(params), jax.process_count()
-    bs = -(-min(batch_size, len(triples)) // hosts) * hosts  # each host scores its block
-    scores = []
-    for idx, real in fixed_batches(np.arange(len(triples)), bs):
+    bs = -(-min(batch_size, n) // hosts) * hosts
+    out = []
+    for idx, real in fixed_batches(np.arange(n), bs):
         block = idx[host.row_block(bs // hosts)]
-        if mesh is None:
-            batch = {"ids": jnp.asarray(ids[block]), "mask": jnp.asarray(mask[block])}
-        else:
-            batch = host.global_batch({"ids": ids[block], "mask": mask[block]}, mesh)
-        out = host.local_rows(host.host_aligned(fn(params, batch["ids"], batch["mask"])))
-        out = host.gather_rows(np.asarray(out, np.float32).reshape(len(block), -1)[:, 0])
-        scores.append(out.astype(np.float64)[:real])
-    return np.concatenate(scores)
+        rows = [a[block] for a in arrays]
+        batch = ([jnp.asarray(r) for r in rows] if mesh is None
+                 else host.global_batch(rows, mesh))
+        values = host.local_rows(host.host_aligned(fn(params, *batch)))
+        values = host.gather_rows(np.asarray(values, np.float32).reshape(len(block), -1)[:, 0])
+        out.append(values.astype(np.float64)[:real])
+    return np.concatenate(out)
 
 
 def evaluate_reward_model(params, rm_cfg: models.ModelConfig, tokenizer, triples: Sequence[dict],

@@ -31,6 +31,7 @@ import numpy as np
 import tqdm
 
 from coop_jax import checkpoint, cooper, data, parallel, rewards, rl, sampling, sft
+from coop_jax import probes
 from coop_jax import config as config_lib
 from coop_jax.build import add_adapters, load_model
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
@@ -420,10 +421,10 @@ class Trainer:
         verifier, eval_verifier = make_verifiers(c, stack)
         self.strict = strict_verifiers(c.data.dataset, c.verifier.num_workers,
                                        c.verifier.timeout_s, stack)
-        background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
-        tools = HostTools(verifier, eval_verifier, background)
         if rewards.extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
             self.strict = {"strict": verifier}
+        background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        tools = HostTools(verifier, eval_verifier, background)
         if self.setup.source.trains_rm and cooper.negative_strategy(
                 c.cooper.negative).needs_assistant:
             tools.rewriter = cooper.make_rewriter(c, self.mesh)
@@ -436,6 +437,20 @@ class Trainer:
 
     def rm_heldout(self) -> dict:
         return rm_heldout(self.config, self.state.rm_weights(), self.rm)
+
+    _probes: list | None = None  # the probe triples, read on first use
+
+    def hack_probes(self) -> dict:
+        """The hack probes' metrics (`coop_jax.probes`; {} without `probes.triples`)."""
+        c = self.config
+        if not c.probes.triples:
+            return {}
+        if self._probes is None:
+            self._probes = probes.read_probes(c.probes.triples)
+        rm = self.rm and (self.state.rm_weights(), self.rm.config, self.rm.tokenizer,
+                          rm_input_format(c))
+        return probes.probe_metrics(self._probes, (self.state.policy_weights(), self.policy_cfg,
+                                                   self.setup.tokenizer), rm, c)
 
     def meta(self, step: int, extra: dict) -> dict:
         meta = {"step": step, "config": self.config.to_dict(),
@@ -468,7 +483,7 @@ class Trainer:
                  "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
                  "wall_seconds_before": 0.0}
         self.save(feed, 0, facts)
-        return RunStart(0, facts, initial | self.rm_heldout())
+        return RunStart(0, facts, initial | self.rm_heldout() | self.hack_probes())
 
     # -- one step
     def update(self, step: int, prepared: PreparedBatch, nan_skips: int) -> tuple[dict, int]:
@@ -551,6 +566,8 @@ class Trainer:
                     metrics.update(self.evaluate(eval_verifier))
                 if _due(done, c.cooper.heldout_every, last):
                     metrics.update(self.rm_heldout())
+                if _due(done, c.probes.every, last):
+                    metrics.update(self.hack_probes())
                 final = metrics if last else final
                 # -- log, checkpoint
                 row = writer.write(done, metrics)

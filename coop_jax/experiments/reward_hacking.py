@@ -18,6 +18,8 @@ one SFT policy and one static RM, several seeds.
    Each finished run's summary.json and metrics.jsonl are kept in
    `experiment.results_dir`/runs/<arm>_s<seed> (committed as the run ends with --commit); a
    rerun skips the runs kept there (`run_store`), so the experiment can span sessions.
+   With `experiment.probe_questions`, every run also scores the hack probes of that many
+   held-out questions (DIR/probes.jsonl, `hack_probes`) every `probes.every` steps.
 5. DIR/report.md, report.json, curves.png (hacking_report.py).
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
-from coop_jax.experiments import run_store
+from coop_jax.experiments import hack_probes, run_store
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm_scoring import evaluate_reward_model
@@ -161,7 +163,22 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     return summary
 
 
-def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldout: str):
+def probe_set(config, out_path: str) -> str:
+    """The hack probes (`hack_probes`) of the first `experiment.probe_questions` held-out
+    questions -> out_path ("" when probe_questions is 0 or unset)."""
+    n = config.experiment.get("probe_questions", 0)
+    if not n:
+        return ""
+    if not os.path.exists(out_path):
+        records = train.load_records(config).heldout[:n]
+        hack_probes.write_probes(out_path, hack_probes.build_probes(
+            records, answer_format=config.data.synthetic.answer_format,
+            extraction=rewards.extraction_mode(config), seed=config.seed))
+    return out_path
+
+
+def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldout: str,
+               probes: str = ""):
     if arm not in ARMS:
         raise ValueError(f"config.experiment.methods: unknown arm {arm!r}; one of {list(ARMS)}")
     reward_type, negative = ARMS[arm]
@@ -172,6 +189,8 @@ def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldou
         c.cooper.negative = negative
     c.model.hf_path = policy_dir
     c.sft.steps = 0
+    if probes:
+        c.probes.triples = probes
     if reward_type in rewards.rm_reward_types():
         c.cooper.rm_checkpoint = rm_dir
         c.cooper.heldout_triples = heldout
@@ -196,11 +215,13 @@ def _methods(value) -> list[str]:
     return names
 
 
-def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str) -> run_store.RunFn:
+def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = ""
+               ) -> run_store.RunFn:
     """run(arm, seed, run_dir) -> the summary of one `coop-train` run of the experiment."""
     def run(arm: str, seed: int, run_dir: str) -> dict:
         cpu = time.process_time()
-        summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout), run_dir)
+        summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout, probes),
+                              run_dir)
         # CPU seconds of this process (all its threads): wall time on a shared machine says
         # little about the cost on dedicated cores
         return summary | {"arm": arm, "negative": ARMS[arm][1],
@@ -220,7 +241,8 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
         static_rm(config, train_path, heldout_path, rm_dir)
     run_dirs = run_store.run_all(
         [(arm, seed) for arm in methods for seed in seeds],
-        arm_runner(config, policy_dir, rm_dir, heldout_path), workdir=workdir,
+        arm_runner(config, policy_dir, rm_dir, heldout_path,
+                   probe_set(config, os.path.join(workdir, "probes.jsonl"))), workdir=workdir,
         settings=run_store.fingerprint(config), results_dir=e.get("results_dir", ""),
         commit=commit)
     from coop_jax.experiments.hacking_report import write_hacking_report
