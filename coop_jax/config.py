@@ -6,7 +6,8 @@ names of the lower layers' registries (datasets, templates, RL options, kernels,
 checked here, and the training registries check their own fields (`rewards.validate_config`,
 `cooper.validate_config`, called by `train.validate_config`). This module imports no training
 code, so evaluation can read configs without it. `model_config(config.model)` turns a model
-section into a `ModelConfig`.
+section into a `ModelConfig`. `FIELD_DOCS` / `field_doc` describe every field in one line (what
+the console scripts' `--print_config` shows).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from coop_jax.models.config import DTYPES, ModelConfig
 from coop_jax.models.families import MODEL_FAMILIES
 from coop_jax.models.lora import TARGETS as LORA_TARGETS, LoraConfig
 from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
-from coop_jax.registry import Registry
+from coop_jax.registry import Registry, chosen_by
 from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
 from coop_jax.verify import EXTRACTION_MODES
 
@@ -205,6 +206,209 @@ def rm_train_section() -> ml_collections.ConfigDict:
         # the same workdir resumes from the latest (0: only the final, parameters-only one)
         checkpoint_every=50,
         seed=0))
+
+
+# ---------------------------------------------------------------------- one line per field
+# What `--print_config` says about each field (tests/test_cli_help.py: every leaf of
+# base_config() has one). A field chosen from a registry also lists its names (`field_doc`).
+_MODEL_DOCS = {
+    "hf_path": "HF folder, .gguf file or Hub id to load (then the architecture fields are unused)",
+    "tokenizer": "tokenizer folder or Hub id (\"\": hf_path's, else the shipped char tokenizer)",
+    "family": "architecture family of a random-init model (models.families)",
+    "vocab_size": "vocabulary size (random init; the tokenizer's when larger)",
+    "hidden_size": "width of the residual stream",
+    "intermediate_size": "width of the MLP",
+    "num_layers": "decoder layers",
+    "num_heads": "query heads per layer",
+    "num_kv_heads": "key / value heads per layer (grouped-query attention; divides num_heads)",
+    "head_dim": "width of one head (0: hidden_size / num_heads)",
+    "rope_theta": "RoPE base frequency",
+    "rms_norm_eps": "epsilon of the RMSNorm layers",
+    "qkv_bias": "biases on the q / k / v projections (Qwen2 style)",
+    "tie_embeddings": "the output head reuses the input embedding",
+    "max_position_embeddings": "longest sequence (prompt + response) the model takes",
+    "param_dtype": "dtype of the stored parameters and the optimizer update",
+    "dtype": "compute dtype of the forward pass",
+    "remat": "recompute activations in the backward pass (less memory, more compute)",
+    "scan_layers": "nn.scan over the layers: one compiled block, stacked parameters",
+    "keep_layers": "with hf_path: keep only the first k decoder layers (0: all)",
+    "lora.rank": "LoRA rank (0: off, full fine-tuning)",
+    "lora.alpha": "LoRA scale: the update is multiplied by alpha / rank",
+    "lora.dropout": "LoRA dropout (must be 0.0)",
+    "lora.targets": "comma-separated projections that get adapters (models.lora.TARGETS)",
+}
+_RM_TRAIN_DOCS = {
+    "mode": "build_triples (sample and label a policy's completions) | train (BCE on triples)",
+    "policy_checkpoint": "build_triples: coop-train workdir of the sampling policy",
+    "policy_hf": "build_triples: HF folder / .gguf / Hub id of the sampling policy",
+    "dataset": "build_triples: dataset of the questions (\"\": data.dataset)",
+    "data_dir": "build_triples: folder of its split files (\"\": data.data_dir)",
+    "split": "build_triples: split to sample on",
+    "num_examples": "build_triples: first N questions (0: all)",
+    "samples_per_question": "build_triples: completions sampled per question",
+    "temperature": "build_triples: sampling temperature",
+    "top_p": "build_triples: nucleus sampling threshold",
+    "template": "build_triples: prompt template (\"\": the checkpoint's or the dataset's)",
+    "chat": "build_triples: wrap prompts in the tokenizer's chat template",
+    "max_prompt_len": "build_triples: prompt tokens (0: data.max_prompt_len)",
+    "max_new_tokens": "build_triples: response tokens (0: rollout.max_new_tokens)",
+    "out": "build_triples: the triples JSONL to write",
+    "heldout_fraction": "build_triples: fraction of questions set aside as held-out triples",
+    "heldout_out": "build_triples: JSONL of the held-out triples",
+    "judge_url": "build_triples: OpenAI-compatible endpoint of an LLM judge (\"\": rule only)",
+    "judge_model": "build_triples: the judge's model name",
+    "judge_max_tokens": "build_triples: tokens of one judge reply",
+    "judge_concurrency": "build_triples: judge requests in flight",
+    "triples": "train: labelled triples JSONL to train on",
+    "heldout": "train: held-out triples JSONL to evaluate on",
+    "workdir": "train: output folder (checkpoints/, rm_metrics.jsonl, rm_summary.json)",
+    "init_hf": "train: HF model to start the RM from (\"\": the reward_model section)",
+    "export_hf": "train: also write the trained RM as an HF folder here",
+    "epochs": "train: passes over the triples",
+    "learning_rate": "train: AdamW peak learning rate",
+    "weight_decay": "train: AdamW weight decay",
+    "warmup_ratio": "train: fraction of the steps spent warming up the learning rate",
+    "schedule": "train: learning-rate schedule after the warm-up (as optim.schedule)",
+    "grad_clip": "train: global gradient-norm clip (0: off)",
+    "weight_decay_mask": "train: parameters that decay (no_bias_norm: not biases / norms)",
+    "batch_size": "train: triples per AdamW step",
+    "micro_batches": "train: gradient accumulation within a step (lax.scan)",
+    "overlong": "train: triples over max_chars: drop (the reference) | truncate",
+    "max_chars": "train: longest triple in characters",
+    "char_cut": "train: texts over 1,500 characters keep first 500 + last 1,000 (as at RL time)",
+    "max_len": "train: RM input tokens (0: cooper.max_len)",
+    "log_every": "train: log every N steps",
+    "heldout_every": "train: also evaluate the held-out triples every N steps (0: per epoch)",
+    "checkpoint_every": "train: resumable checkpoint every N steps (0: only the final one)",
+    "seed": "seed of the shuffles, the held-out split and the sampling",
+}
+FIELD_DOCS: dict[str, str] = {
+    "seed": "seed of the data order, sampling and random init",
+    **{f"model.{k}": f"policy: {v}" for k, v in _MODEL_DOCS.items()},
+    **{f"reward_model.{k}": f"reward model: {v}" for k, v in _MODEL_DOCS.items()},
+    "reward_model.question_format": f"the RM input's <question>: {' | '.join(QUESTION_FORMATS)} "
+                                    "(the full user prompt | the raw question)",
+    "reward_model.truncation_side": f"an RM input over max_len tokens loses its "
+                                    f"{' | '.join(TRUNCATIONS)} end",
+    "data.dataset": "the task: its problems and splits",
+    "data.data_dir": "folder with <split>.jsonl or <dataset>/<split>.jsonl (file datasets)",
+    "data.train_split": "split trained on",
+    "data.eval_split": "split of the held-out evaluation",
+    "data.num_train": "first N training problems (0: all; file datasets)",
+    "data.num_eval": "held-out problems evaluated (0: all)",
+    "data.prompt_template": "how a question becomes the prompt",
+    "data.chat_template": "wrap prompts in the tokenizer's chat template",
+    "data.max_prompt_len": "prompt tokens (longer prompts are cut)",
+    "data.synthetic_train_size": "synthetic: training problems generated",
+    "data.rephrase_field": "record field holding the rephrased question (corewarding_1)",
+    "data.synthetic.num_operands_min": "synthetic: fewest operands of a problem (>= 2)",
+    "data.synthetic.num_operands_max": "synthetic: most operands of a problem",
+    "data.synthetic.max_operand": "synthetic: largest operand",
+    "data.synthetic.ops": "synthetic: operators used, distinct characters of '+-*'",
+    "data.synthetic.answer_format": "synthetic: final answer as '#### n' | '\\boxed{n}' (boxed)",
+    "data.synthetic.surface": "synthetic: bare expression | short word problem (words)",
+    "sft.steps": "supervised warm-up steps on reference solutions (0: none)",
+    "sft.batch_size": "SFT examples per step",
+    "sft.learning_rate": "SFT peak learning rate",
+    "sft.warmup_steps": "SFT learning-rate warm-up steps",
+    "sft.max_len": "SFT sequence tokens (prompt + solution)",
+    "sft.corrupt_fraction": "fraction of SFT demonstrations with an off-by-one final answer",
+    "rollout.group_size": "completions sampled per prompt (the group of GRPO-family advantages)",
+    "rollout.prompts_per_step": "prompts per step (rows = prompts_per_step x group_size)",
+    "rollout.max_new_tokens": "response tokens",
+    "rollout.temperature": "sampling temperature",
+    "rollout.top_k": "top-k sampling (0: off)",
+    "rollout.top_p": "nucleus sampling threshold (1: off)",
+    "rollout.overlap": "one-step off-policy: sample step t+1 while step t updates",
+    "rl.advantage": "advantage estimator",
+    "rl.aggregation": "how token losses are averaged into the loss",
+    "rl.clip_eps_low": "PPO ratio clip below 1 (1 - eps)",
+    "rl.clip_eps_high": "PPO ratio clip above 1 (1 + eps; DAPO clip-higher when > low)",
+    "rl.clip_ratio_c": "dual-clip bound on negative-advantage tokens (0: off)",
+    "rl.ratio_level": "importance ratio per token | per sequence (GSPO)",
+    "rl.kl_coef": "weight of the KL penalty to the reference policy (0: none)",
+    "rl.kl_estimator": "KL estimator",
+    "rl.kl_in_reward": "subtract the KL from the rewards instead of adding it to the loss",
+    "rl.entropy_coef": "entropy bonus weight",
+    "rl.ppo_epochs": "passes over each step's rollouts",
+    "rl.num_minibatches": "optimizer updates per pass (divides the step's rows)",
+    "rl.micro_batches": "gradient accumulation within a mini-batch (lax.scan; same update)",
+    "rl.dynamic_sampling": "DAPO: drop groups with equal rewards and draw more prompts",
+    "rl.dynamic_max_draws": "dynamic sampling: most draws per step",
+    "rl.overlong": "treatment of truncated responses",
+    "rl.overlong_cache_len": "overlong penalty: tokens before max_new_tokens where it ramps up",
+    "rl.overlong_factor": "overlong penalty: its largest value",
+    "rl.log_kl_to_start": "log KL(pi || pi_start) of the rollouts (kl_to_start), also with "
+                          "kl_coef 0",
+    "optim.learning_rate": "policy AdamW peak learning rate",
+    "optim.warmup_steps": "policy learning-rate warm-up steps",
+    "optim.schedule": "policy learning-rate schedule after the warm-up",
+    "optim.weight_decay": "policy AdamW weight decay",
+    "optim.b1": "AdamW beta1",
+    "optim.b2": "AdamW beta2",
+    "optim.eps": "AdamW epsilon",
+    "optim.grad_clip": "policy global gradient-norm clip (0: off)",
+    "reward.type": "where the rewards come from (rewards.REWARD_SOURCES)",
+    "reward.threshold": "RM rewards: 1[sigmoid > 0.5] instead of the sigmoid",
+    "reward.hybrid_rm_weight": "hybrid: weight w of the RM in rule * (1 - w) + w * sigmoid(RM)",
+    "reward.vote_match": "voting rewards: how two answers match (rewards.ANSWER_MATCHES)",
+    "cooper.negative": "how a pair's negative is made (cooper.NEGATIVE_STRATEGIES)",
+    "cooper.negative_check": "how a made negative is verified wrong (cooper.KEEP_RULES)",
+    "cooper.learning_rate": "RM AdamW learning rate",
+    "cooper.warmup_ratio": "fraction of the run spent warming up the RM learning rate",
+    "cooper.no_pair_step": "a step without a valid pair: zero_grad (AdamW on zeros) | skip",
+    "cooper.weight_decay": "RM AdamW weight decay",
+    "cooper.grad_clip": "RM global gradient-norm clip (0: off)",
+    "cooper.max_len": "RM input tokens",
+    "cooper.assistant_hf_path": "rewrite: local HF causal LM that writes the negatives",
+    "cooper.assistant_url": "rewrite: OpenAI-compatible endpoint that writes the negatives",
+    "cooper.assistant_model": "rewrite: the endpoint's model name",
+    "cooper.rewrite_temperature": "rewrite: the assistant's sampling temperature",
+    "cooper.rewrite_tries": "rewrite: attempts per negative",
+    "cooper.rm_checkpoint": "start the RM from this coop-train / coop-train-rm workdir",
+    "cooper.heldout_triples": "JSONL of triples the RM is evaluated on during training",
+    "cooper.heldout_every": "evaluate the RM on heldout_triples every N steps",
+    "cooper.micro_batches": "the RM's pair gradient accumulated over micro-batches",
+    "corewarding.a_start": "corewarding_2: teacher EMA rate at the start (cosine decay)",
+    "corewarding.a_end": "corewarding_2: teacher EMA rate at the end",
+    "corewarding.decay_steps": "corewarding_2: steps of the decay (0: train.steps)",
+    "probes.triples": "JSONL of hack probes (rule-wrong completions with a \"pattern\"; \"\": off)",
+    "probes.every": "log the probes' RM false-accept rate and policy log-likelihood every N steps "
+                    "(0: step 0 and the last only)",
+    "verifier.num_workers": "processes of the rule verifier",
+    "verifier.timeout_s": "seconds one answer check may take",
+    "verifier.extraction": f"answer extraction: {' | '.join(EXTRACTION_CHOICES)} (auto: the "
+                           "reward type's reference default)",
+    "mesh.shape": "device mesh (data, fsdp, tensor); one -1 takes the remaining devices",
+    "mesh.distributed": "join a multi-process run (jax.distributed)",
+    "mesh.coordinator_address": "host:port of process 0 (\"\": environment / auto-detect)",
+    "mesh.num_processes": "processes of the run (0: environment / auto-detect)",
+    "mesh.process_id": "this process's index (-1: environment / auto-detect)",
+    "train.steps": "RL steps",
+    "train.log_every": "log metrics every N steps",
+    "train.eval_every": "evaluate on the held-out split every N steps",
+    "train.checkpoint_every": "save a checkpoint every N steps",
+    "train.keep_checkpoints": "newest checkpoints kept",
+    "train.nan_policy": f"a non-finite loss: {' | '.join(NAN_POLICIES)} (stop | drop the update)",
+    "train.max_nan_skips": "skip: most updates dropped before the run stops",
+    "eval.headline": f"the summary's headline metric: {' | '.join(EVAL_HEADLINES)}",
+    "eval.k": "samples per problem for avg@k / pass@k",
+    "eval.temperature": "avg@k sampling temperature",
+    "eval.top_p": "avg@k nucleus sampling threshold",
+    "eval.batch_size": "prompts per evaluation batch",
+    "kernels.impl": "kernel implementation of sampling and log-probs",
+    **{f"rm_train.{k}": v for k, v in _RM_TRAIN_DOCS.items()},
+}
+
+
+def field_doc(path: str) -> str:
+    """The one-line description of config field `path` (dotted, "rl.advantage"), with the names
+    its registry allows when a registry chooses it ("" for an unknown field)."""
+    doc = FIELD_DOCS.get(path, "")
+    registry = chosen_by(path) or chosen_by(path.replace("reward_model.", "model.", 1))
+    if registry is not None and not all(name in doc for name in registry):
+        doc += f" (one of: {', '.join(registry)})"
+    return doc
 
 
 def _one_of(value, allowed, field):

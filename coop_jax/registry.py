@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import weakref
 from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
 T = TypeVar("T")
 
 _MISSING = object()
+# config field -> the first live registry that chooses it (`chosen_by`)
+_BY_FIELD: "weakref.WeakValueDictionary[str, Registry]" = weakref.WeakValueDictionary()
 
 
 def first_doc_line(entry: Any) -> str:
@@ -69,6 +72,11 @@ class Options(Mapping[str, Any]):
         return len(self.items_)
 
 
+def chosen_by(field: str) -> "Registry | None":
+    """The registry whose names the config field `field` (dotted) takes, among those imported."""
+    return _BY_FIELD.get(field)
+
+
 class Registry(Mapping[str, T], Generic[T]):
     """Named entries chosen by the config field `field` (e.g. "rl.advantage")."""
 
@@ -77,6 +85,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries: dict[str, T] = {}
         self._docs: dict[str, str] = {}
         self._params: dict[str, dict[str, Param]] = {}
+        _BY_FIELD.setdefault(field, self)
         for name, entry in (entries or {}).items():
             self.register(name, entry)
 

@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
+from absl.app import UsageError
 
-from coop_jax import checkpoint, cooper, data, parallel, rewards, rl, sampling, sft
+from coop_jax import checkpoint, console, cooper, data, parallel, rewards, rl, sampling, sft
 from coop_jax import probes
 from coop_jax import config as config_lib
 from coop_jax.build import add_adapters, load_model
@@ -625,31 +626,73 @@ def train(config, workdir: str) -> dict:
     return Trainer(config, workdir).run()
 
 
-def run() -> None:
-    """Console entry point (`coop-train`)."""
-    from absl import app, flags
+# ---------------------------------------------------------------------- the console script
+def define_flags(fv, argv: list[str]) -> None:
+    from absl import flags
     from ml_collections import config_flags
 
-    config_flags.DEFINE_config_file("config", None, "Path to a get_config() file.",
-                                    lock_config=True)
-    flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, summary).")
-    flags.mark_flags_as_required(["config", "workdir"])
+    config_flags.DEFINE_config_file(
+        "config", None, "config file with a get_config() (configs/*.py); FILE:ARG passes ARG",
+        lock_config=True, flag_values=fv, sys_argv=argv)
+    flags.DEFINE_string("workdir", None, "run folder: checkpoints/, metrics.jsonl, summary.json; "
+                        "a rerun resumes from its newest checkpoint", flag_values=fv)
+    console.define_print_config(fv)
 
-    def main(argv):
-        if len(argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-        from absl import logging as absl_logging
-        absl_logging.set_verbosity(absl_logging.WARNING)  # orbax logs every save at INFO
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False
-        summary = train(flags.FLAGS.config, flags.FLAGS.workdir)
-        if jax.process_index() == 0:
-            print(json.dumps(summary, indent=2))
 
-    app.run(main)
+def check_paths(config) -> None:
+    """UsageError naming the first data or model path of the run that does not exist (before
+    JAX starts or anything loads); `config` is valid."""
+    d, source = config.data, rewards.reward_source(config.reward.type)
+    console.check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
+        "config.data.train_split": d.train_split, "config.data.eval_split": d.eval_split})
+    console.check_model_path("config.model.hf_path", config.model.hf_path)
+    console.check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
+    if source.needs_rm:
+        console.check_folder("config.cooper.rm_checkpoint", config.cooper.rm_checkpoint)
+        if not config.cooper.rm_checkpoint:
+            console.check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
+        console.check_file("config.cooper.heldout_triples", config.cooper.heldout_triples)
+    if source.trains_rm and config.cooper.negative == "rewrite":
+        console.check_model_path("config.cooper.assistant_hf_path",
+                                 config.cooper.assistant_hf_path)
+
+
+def _log_with_times() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def main(argv: list[str]) -> dict:
+    """Parse `argv` (argv[0] is the program name), check the config and its paths before JAX
+    starts, train, print and return the summary (`--print_config`: print the config, return {})."""
+    fv = console.parse_flags(define_flags, argv, __doc__)
+    config = fv.config
+    if fv.print_config:
+        console.print_config(config or config_lib.base_config(), config_lib.base_config(),
+                             config_lib.field_doc)
+        return {}
+    if config is None or not fv.workdir:
+        raise UsageError("--config (a config file, e.g. configs/default.py) and --workdir are "
+                         "required")
+    with console.usage_errors():
+        validate_config(config)
+    check_paths(config)
+    _log_with_times()
+    parallel.maybe_initialize_distributed(config.mesh)
+    with console.usage_errors():  # the mesh's and the hosts' checks
+        validate_config(config, jax.device_count(), jax.process_count())
+    summary = train(config, fv.workdir)
+    if jax.process_index() == 0:
+        print(json.dumps(summary, indent=2))
+    return summary
+
+
+def run() -> None:
+    """Console entry point (`coop-train`)."""
+    console.run_console(main, "coop-train")
 
 
 if __name__ == "__main__":

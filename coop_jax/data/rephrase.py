@@ -204,11 +204,34 @@ def rephrase_split(c: ml_collections.ConfigDict,
 
 
 # ---------------------------------------------------------------------- the console script
+FIELD_DOCS = {  # one line per get_config() field: --help and --print_config show them
+    "dataset": "the dataset of the input split (gsm8k | math500 | math)",
+    "data_dir": "folder with <split>.jsonl or <dataset>/<split>.jsonl",
+    "split": "the split to rephrase",
+    "out_dir": "output folder (not the input's): <split>.jsonl, .rejected.jsonl, .rephrase.json",
+    "num_examples": "first N rows (0: all)",
+    "hf_path": "local HF causal LM (folder or .gguf) that rephrases, sampled with coop_jax",
+    "url": "or an OpenAI-compatible endpoint (http://host:8000/v1)",
+    "model": "the endpoint's model name",
+    "timeout_s": "seconds one endpoint request may take",
+    "temperature": "sampling temperature (the reference's)",
+    "top_p": "nucleus sampling threshold (the reference's)",
+    "max_new_tokens": "reply tokens (a reply cut at this length is retried on a rerun)",
+    "max_prompt_len": "hf_path: prompt tokens",
+    "batch_size": "questions per call",
+    "seed": "hf_path: sampling seed",
+    "keep_truncated": "keep a reply cut at max_new_tokens instead of retrying it",
+}
+
+
 def define_flags(fv, argv: list[str]) -> None:
     from ml_collections import config_flags
 
+    from coop_jax.console import define_print_config
+
     config_flags.DEFINE_config_dict("config", get_config(), "coop-rephrase settings",
                                     flag_values=fv, sys_argv=argv)
+    define_print_config(fv)
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
@@ -230,12 +253,22 @@ def validate(c: ml_collections.ConfigDict) -> None:
     if c.temperature < 0 or not 0 < c.top_p <= 1:
         raise UsageError(f"config.temperature must be >= 0 and config.top_p in (0, 1], got "
                          f"{c.temperature} and {c.top_p}")
+    from coop_jax.console import check_data_files, check_model_path
+
+    check_data_files("config.data_dir", c.dataset, c.data_dir, {"config.split": c.split})
+    check_model_path("config.hf_path", c.hf_path)
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    from coop_jax.console import parse_flags
+    """Parse `argv` (argv[0] is the program name), rephrase, print and return the summary
+    (`--print_config`: print the settings, return {})."""
+    from coop_jax.console import parse_flags, print_config
 
-    c = parse_flags(define_flags, argv).config
+    fv = parse_flags(define_flags, argv, __doc__, FIELD_DOCS)
+    c = fv.config
+    if fv.print_config:
+        print_config(c, get_config(), lambda path: FIELD_DOCS.get(path, ""))
+        return {}
     validate(c)
     summary = rephrase_split(c)
     rejected = ", ".join(f"{k} {v}" for k, v in summary["rejected"].items() if v) or "none"

@@ -26,10 +26,9 @@ from absl import flags
 from absl.app import UsageError
 from ml_collections import config_flags
 
-from coop_jax import hf, parallel
+from coop_jax import console, hf, parallel
 from coop_jax.checkpoint import load_model
-from coop_jax.config import base_config, resolve_mesh_shape
-from coop_jax.console import parse_flags, run_console
+from coop_jax.config import base_config, field_doc, resolve_mesh_shape
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            load_split)
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
@@ -73,6 +72,7 @@ def define_flags(fv: flags.FlagValues, argv: list[str]) -> None:
                         "evaluate a reward model instead of a policy", **d)
     flags.DEFINE_integer("max_len", None, "RM input tokens (default: config.cooper.max_len)", **d)
     flags.DEFINE_string("out", None, "output folder", **d)
+    console.define_print_config(fv)
 
 
 def _pick(flag_value, default):
@@ -299,11 +299,27 @@ def _evaluate_policy(f, t0: float) -> dict:
     return report
 
 
+def _check_paths(f: flags.FlagValues) -> None:
+    """The data files the flags and --config name, before the model loads (a checkpoint's own
+    config, which may name the dataset, is only read with the model)."""
+    if f.rm_triples:
+        return
+    known = f["config"].present or f.hf or f.dataset is not None
+    console.check_data_files("--data_dir" if f.data_dir is not None else "config.data.data_dir",
+                             _pick(f.dataset, f.config.data.dataset) if known else None,
+                             _pick(f.data_dir, f.config.data.data_dir), {"--split": f.split})
+
+
 def main(argv: list[str]) -> dict[str, Any]:
-    """Parse `argv` (argv[0] is the program name), evaluate, write OUT/, return the report."""
+    """Parse `argv` (argv[0] is the program name), evaluate, write OUT/, return the report
+    (`--print_config`: print the config, return {})."""
     argv = [_ARG_ALIASES.get(a, a) for a in argv]
-    fv = parse_flags(define_flags, argv)
+    fv = console.parse_flags(define_flags, argv, __doc__)
+    if fv.print_config:
+        console.print_config(fv.config, base_config(), field_doc)
+        return {}
     _validate(fv)
+    _check_paths(fv)
     parallel.maybe_initialize_distributed(fv.config.mesh)
     t0 = time.time()
     report = _evaluate_rm(fv, t0) if fv.rm_triples else _evaluate_policy(fv, t0)
@@ -316,7 +332,7 @@ def main(argv: list[str]) -> dict[str, Any]:
 
 def run() -> None:
     """Console-script entry point."""
-    run_console(main, "coop-eval")
+    console.run_console(main, "coop-eval")
 
 
 if __name__ == "__main__":

@@ -279,16 +279,20 @@ def save_report(out_dir: str, md: list[str], result: dict) -> None:
         json.dump(result, fh, indent=2)
 
 
-def main(argv: list[str]) -> dict:
-    fv = flags.FlagValues()
+def define_flags(fv: flags.FlagValues, argv: list[str]) -> None:
+    del argv
     flags.DEFINE_string("out", None, "output folder (default: the common parent of the runs, or "
                         "the run itself when there is one)", flag_values=fv)
     flags.DEFINE_string("group_by", "method", "summary.json key (dotted path allowed) to group "
                         "runs by", flag_values=fv)
-    try:
-        rest = fv(argv)
-    except flags.Error as e:
-        raise UsageError(str(e)) from e
+
+
+def main(argv: list[str]) -> dict:
+    """Parse `argv` (argv[0] is the program name, then the RUN_DIRs), write the report, return
+    its result."""
+    from coop_jax.console import parse_args
+
+    fv, rest = parse_args(define_flags, argv, __doc__)
     run_dirs = rest[1:]
     if not run_dirs:
         raise UsageError("give at least one RUN_DIR (a folder with summary.json)")

@@ -31,9 +31,8 @@ import ml_collections
 from absl.app import UsageError
 from ml_collections import config_flags
 
-from coop_jax import checkpoint, data, hf, parallel
+from coop_jax import checkpoint, console, data, hf, parallel
 from coop_jax import config as config_lib
-from coop_jax.console import parse_flags, run_console
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import read_triples, write_triples
 from coop_jax.rm_train import default_config
@@ -48,6 +47,7 @@ def define_flags(fv, argv: list[str]) -> None:
     config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "config file (default: the schema "
                                     "defaults); every coop-train-rm setting is in its rm_train "
                                     "section", flag_values=fv, sys_argv=argv)
+    console.define_print_config(fv)
 
 
 # ----------------------------------------------------------------------------- build_triples
@@ -89,6 +89,19 @@ def _check_build_flags(r) -> None:
         raise UsageError("config.rm_train.heldout_fraction needs config.rm_train.heldout_out")
 
 
+def _check_build_paths(fv) -> None:
+    """The policy and the data the command line names, before the policy loads (without --config
+    a checkpoint's own config may name the dataset: then only the folder is checked here)."""
+    config = fv.config
+    r = config.rm_train
+    console.check_model_path("config.rm_train.policy_hf", r.policy_hf)
+    console.check_folder("config.rm_train.policy_checkpoint", r.policy_checkpoint)
+    known = r.dataset or fv["config"].present or r.policy_hf
+    console.check_data_files("config.rm_train.data_dir" if r.data_dir else "config.data.data_dir",
+                             (r.dataset or config.data.dataset) if known else None,
+                             r.data_dir or config.data.data_dir, {"config.rm_train.split": r.split})
+
+
 def _load_records(config) -> tuple[str, list[dict]]:
     """(dataset, records) of `rm_train.dataset` (else `data.dataset`), split `rm_train.split`."""
     r = config.rm_train
@@ -125,6 +138,7 @@ def _write_split(r, triples: list[dict], stats: dict) -> None:
 def _build_mode(fv) -> dict:
     config = fv.config
     _check_build_flags(config.rm_train)
+    _check_build_paths(fv)
     mesh = config_mesh(config)
     cfg, params, tokenizer, config, saved_template = _load_policy(fv, config.rm_train, config,
                                                                   mesh)
@@ -160,8 +174,8 @@ def _train_mode(fv) -> dict:
         if not r[name]:
             raise UsageError(f"config.rm_train.{name} is required for rm_train.mode='train'")
     for name in ("triples", "heldout"):
-        if r[name] and not os.path.isfile(r[name]):
-            raise UsageError(f"config.rm_train.{name}: no such file {r[name]!r}")
+        console.check_file(f"config.rm_train.{name}", r[name])
+    console.check_model_path("config.rm_train.init_hf", r.init_hf)
     try:
         train = read_triples(r.triples)
         held = read_triples(r.heldout) if r.heldout else None
@@ -176,21 +190,27 @@ def _train_mode(fv) -> dict:
 MODES = {"build_triples": _build_mode, "train": _train_mode}  # rm_train.mode -> its command
 
 
+# the fields --help lists: every coop-train-rm setting
+HELP_FIELDS = {k: v for k, v in config_lib.FIELD_DOCS.items() if k.startswith("rm_train.")}
+
+
 def main(argv: list[str]) -> dict[str, Any]:
-    """Parse `argv` (argv[0] is the program name) and run `config.rm_train.mode`."""
-    fv = parse_flags(define_flags, argv)
-    try:
+    """Parse `argv` (argv[0] is the program name) and run `config.rm_train.mode`
+    (`--print_config`: print the config, return {})."""
+    fv = console.parse_flags(define_flags, argv, __doc__, HELP_FIELDS)
+    if fv.print_config:
+        console.print_config(fv.config, config_lib.base_config(), config_lib.field_doc)
+        return {}
+    with console.usage_errors():
         config_lib.validate_rm_train(fv.config.rm_train)
-        if fv.config.reward_model.lora.rank:
-            raise ValueError("config.reward_model.lora.rank must be 0 for coop-train-rm: VerifyRM "
-                             "training updates every parameter (LoRA applies to coop-train)")
-        mode = fv.config.rm_train.mode
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+    if fv.config.reward_model.lora.rank:
+        raise UsageError("config.reward_model.lora.rank must be 0 for coop-train-rm: VerifyRM "
+                         "training updates every parameter (LoRA applies to coop-train)")
+    mode = fv.config.rm_train.mode
     parallel.maybe_initialize_distributed(fv.config.mesh)
     return MODES[mode](fv)
 
 
 def run() -> None:
     """Console-script entry point."""
-    run_console(main, "coop-train-rm")
+    console.run_console(main, "coop-train-rm")
