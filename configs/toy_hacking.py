@@ -48,6 +48,10 @@ def get_config():
         # heldout_fraction of the questions form the fixed held-out set (+ consistent-wrong
         # rewrites of their correct samples)
         rm_questions=1600, samples_per_question=4, heldout_fraction=0.05,
+        # the static RM's data: "policy_samples" (above) | "offline" (experiments/rm_corpus.py:
+        # programmatic generators of every error kind in both formats, none the start policy,
+        # kept where the lenient and strict_numeric verifiers agree; corpus_manifest.json)
+        rm_corpus="policy_samples",
         # hack probes (experiments/hack_probes.py) of this many held-out questions, 10 patterns
         probe_questions=32,
         # each finished run's summary.json / metrics.jsonl go to <results_dir>/runs/<arm>_s<seed>

@@ -242,3 +242,45 @@ def test_settings_fingerprint_ignores_the_run_selection():
     assert run_store.fingerprint(config) == base
     config.train.steps += 1
     assert run_store.fingerprint(config) != base
+
+
+def test_offline_corpus_agreeing_labels_both_formats_and_manifest(tmp_path):
+    """The offline static-RM corpus on 12 questions, programmatic generators only: both answer
+    formats, every kept triple labelled the same by both verifiers, no question on both sides
+    of the split, and a manifest whose start-policy check holds."""
+    from coop_jax.experiments import rm_corpus
+    from coop_jax.verify import verify
+
+    records = make_dataset(12, seed=2, split="train")
+    train_path, held_path = rm_corpus.build_corpus(
+        records, str(tmp_path / "c"), start_policy="policy:/sft", heldout_fraction=0.25, seed=0)
+    from coop_jax.rm_input import read_triples
+    train_set, held = read_triples(train_path), read_triples(held_path)
+    assert {t["question"] for t in train_set}.isdisjoint({t["question"] for t in held})
+    for t in train_set + held:
+        assert verify(t["reference"], t["completion"]) is t["label"]
+        assert verify(t["reference"], t["completion"], "strict_numeric") is t["label"]
+    info = json.loads((tmp_path / "c" / "corpus_manifest.json").read_text())
+    assert set(info["generators"]) == {f"{g}/{f}" for g in rm_corpus.GENERATORS
+                                       for f in ("####", "boxed")}
+    assert info["no_triple_from_rl_start_policy"] and info["from_rl_start_policy"] == 0
+    assert info["label_balance"]["num_triples"] == len(train_set) + len(held)
+    assert 0 < info["label_balance"]["positive_fraction"] < 1
+    assert {"correct", "final_mismatch", "consistent_wrong"} <= set(info["kinds"])
+    # the lenient rules read a final from worked steps without a marker: those are dropped
+    assert info["generators"]["program_no_answer/####"]["disagreements"] > 0
+    assert any("\\boxed{" in t["completion"] for t in train_set + held)
+
+
+def test_driver_chooses_the_static_rm_corpus(tmp_path):
+    config = _tiny_config()
+    import ml_collections
+    config.experiment = ml_collections.ConfigDict(dict(
+        rm_corpus="offline", rm_questions=8, heldout_fraction=0.25))
+    paths = reward_hacking.static_rm_data(config, "/sft", str(tmp_path))
+    assert all(os.path.exists(p) for p in paths)
+    assert (tmp_path / "corpus_manifest.json").exists()
+    config.experiment.rm_corpus = "judge"
+    with pytest.raises(ValueError, match="experiment.rm_corpus"):
+        reward_hacking.static_rm_data(config, "/sft", str(tmp_path / "other"))
+    assert reward_hacking_config().experiment.rm_corpus == "policy_samples"

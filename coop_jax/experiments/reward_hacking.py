@@ -35,7 +35,7 @@ import numpy as np
 from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
-from coop_jax.experiments import hack_probes, run_store
+from coop_jax.experiments import hack_probes, rm_corpus, run_store
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm_scoring import evaluate_reward_model
@@ -128,6 +128,29 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     with open(os.path.join(out_dir, "triples_stats.json"), "w") as fh:
         json.dump(stats, fh, indent=2)
     return paths
+
+
+RM_CORPORA = ("policy_samples", "offline")  # experiment.rm_corpus
+
+
+def static_rm_data(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
+    """(train, held-out) triples of the static RM: samples of the start policy
+    (`rm_triples`, experiment.rm_corpus="policy_samples", the default) or the offline corpus
+    (`rm_corpus.build_corpus`, "offline": programmatic generators, none the start policy)."""
+    e = config.experiment
+    kind = e.get("rm_corpus", "policy_samples")
+    if kind not in RM_CORPORA:
+        raise ValueError(f"config.experiment.rm_corpus must be one of {list(RM_CORPORA)}, "
+                         f"got {kind!r}")
+    if kind == "policy_samples":
+        return rm_triples(config, policy_dir, out_dir)
+    paths = (os.path.join(out_dir, "train_triples.jsonl"),
+             os.path.join(out_dir, "heldout_triples.jsonl"))
+    if all(os.path.exists(p) for p in paths):
+        return paths
+    records = train.load_records(config).train[:e.rm_questions]
+    return rm_corpus.build_corpus(records, out_dir, start_policy=f"policy:{policy_dir}",
+                                  heldout_fraction=e.heldout_fraction, seed=config.seed)
 
 
 def heldout_by_kind(rm_dir: str, heldout: list[dict], fmt: RMInputFormat) -> dict:
@@ -236,7 +259,7 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     methods, seeds = _methods(e.methods), _seeds(e.seeds)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
     rm_dir = os.path.join(workdir, "static_rm")
-    train_path, heldout_path = rm_triples(config, policy_dir, rm_dir)
+    train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
         static_rm(config, train_path, heldout_path, rm_dir)
     run_dirs = run_store.run_all(
