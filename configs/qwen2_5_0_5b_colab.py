@@ -11,8 +11,8 @@ rule-wrong rollouts (`cooper.negative="rollout"`): no assistant model has to fit
 Memory of the compiled Cooper step on v5e-1 (fp32 master weights and AdamW, bf16 compute,
 remat, `scan_layers`, no KL reference with kl_coef=0), from libtpu's ahead-of-time compile:
 
-    /work/tpuvenv/bin/python benchmarks/memory_plan.py --config configs/qwen2_5_0_5b_colab.py \
-        --slices v5e-1 --layers 0 --scan on
+    python benchmarks/memory_plan.py --config configs/qwen2_5_0_5b_colab.py \
+        --slices v5e-1 --layers 0 --scan on     # in a venv with jax[tpu] (libtpu)
 
   state (policy 494M + AdamW, RM 255M + AdamW, fp32)  8.38 GiB
   compiled.memory_analysis() temporaries              7.16 GiB

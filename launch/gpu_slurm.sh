@@ -15,8 +15,9 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: sbatch [sbatch options] launch/gpu_slurm.sh --config=PATH --workdir=DIR [options] [-- extra flags]
-       launch/gpu_slurm.sh --config=PATH --workdir=DIR --dry-run [options]
+Usage: sbatch [sbatch options] launch/gpu_slurm.sh --config=<path> --workdir=<dir> [options]
+                                                     [-- extra coop-train flags]
+       launch/gpu_slurm.sh --config=<path> --workdir=<dir> --dry-run [<options>]
 
 Required:
   --config=PATH        Config file, e.g. configs/qwen2_5_1_5b_gsm8k.py (relative to the submit dir).
@@ -31,7 +32,11 @@ Options:
   --venv=DIR           Python virtual environment to activate first.
   --dry-run            Print the environment and the srun command instead of running them.
   -h, --help           Show this message.
-Anything after "--" is appended to the coop-train command.
+Anything after "--" is appended to the coop-train command (e.g. --config.train.steps=100).
+
+Example (--dry-run prints the environment and the srun line, also outside SLURM):
+  launch/gpu_slurm.sh --config=configs/qwen2_5_1_5b_gsm8k.py --workdir=/shared/runs/cooper \
+      --nodes=4 --dry-run -- --config.train.steps=100
 EOF
 }
 

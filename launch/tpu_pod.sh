@@ -7,8 +7,8 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: launch/tpu_pod.sh --project=ID --zone=ZONE --name=TPU_NAME --config=PATH --workdir=gs://...
-                         [options] [-- extra coop-train flags]
+Usage: launch/tpu_pod.sh --project=<id> --zone=<zone> --name=<tpu-name> --config=<path>
+                         --workdir=gs://<bucket>/<dir> [options] [-- extra coop-train flags]
 
 Required:
   --project=ID            GCP project.
@@ -31,7 +31,12 @@ Options:
   --delete-after          Delete the TPU VM when training ends.
   --dry-run               Print every command instead of running it.
   -h, --help              Show this message.
-Anything after "--" is appended to the coop-train command (e.g. --config.rl.num_steps=100).
+Anything after "--" is appended to the coop-train command (e.g. --config.train.steps=100).
+
+Example (--dry-run prints the commands instead of running them):
+  launch/tpu_pod.sh --project=my-project --zone=us-central2-b --name=coop-v4 \
+      --accelerator-type=v4-32 --config=configs/qwen2_5_1_5b_gsm8k.py \
+      --workdir=gs://my-bucket/cooper --dry-run -- --config.train.steps=100
 EOF
 }
 
