@@ -84,3 +84,11 @@ def test_report_over_finished_runs(tmp_path):
 def test_runs_must_name_an_arm_and_a_seed(tmp_path):
     with pytest.raises(Exception, match="--runs"):
         real_model.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
+
+
+def test_the_cooper_arm_starts_its_rm_from_smollm2():
+    overrides = real_model.arm_overrides("cooper")
+    assert any(o.startswith("--config.reward_model.hf_path=") and o.endswith(".gguf")
+               for o in overrides)
+    assert "--config.reward_model.keep_layers=4" in overrides
+    assert real_model.arm_overrides("rule") == []

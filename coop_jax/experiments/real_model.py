@@ -35,7 +35,8 @@ from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import read_jsonl
 
 CONFIG = "configs/smollm2_arithmetic.py"
-# Cooper's RM: SmolLM2's first 4 layers and a new scalar head, LoRA like the policy.
+# Cooper's RM: SmolLM2's first 4 layers and a new scalar head (reward_model.hf_path, set in
+# `arm_overrides`), LoRA like the policy.
 ARMS: dict[str, list[str]] = {
     "rule": [],
     "cooper": ["--config.reward.type=cooper", "--config.reward_model.keep_layers=4",
@@ -131,6 +132,11 @@ def base_eval(f: flags.FlagValues) -> str:
     return triples
 
 
+def arm_overrides(arm: str) -> list[str]:
+    rm = [f"--config.reward_model.hf_path={smollm2_gguf()}"] if arm == "cooper" else []
+    return ARMS[arm] + rm
+
+
 def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     arm, seed = RUN_RE.match(name).groups()
     work, out = os.path.join(f.workdir, name), os.path.join(f.results, name)
@@ -139,7 +145,7 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     train_cmd = [sys.executable, "-m", "coop_jax.train", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
                  f"--config.cooper.heldout_triples={os.path.abspath(triples)}",
-                 *ARMS[arm], *f.override]
+                 *arm_overrides(arm), *f.override]
     train_s = _sh(_timed(train_cmd), work + ".train.log")
     eval_s = _sh(_eval_cmd([f"--checkpoint={work}"], f, work + "_eval"), work + ".eval.log")
     for name_ in COPIED:
