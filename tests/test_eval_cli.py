@@ -67,6 +67,28 @@ def test_coop_eval_policy_hf(lm_dir, tmp_path):
     assert all(1 <= r["length"] <= 12 for r in rows)
 
 
+CHAT = "{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}<a>"
+
+
+def test_coop_eval_chat_prompts_fit_or_fail(lm_dir, tmp_path):
+    """With --chat, the default prompt length fits the longest templated prompt; a length that
+    would cut a prompt through its chat template is a usage error, not a warning."""
+    chat_dir = tmp_path / "chat_lm"
+    shutil.copytree(lm_dir, chat_dir)
+    config_path = chat_dir / "tokenizer_config.json"
+    tok_config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps(tok_config | {"chat_template": CHAT}))
+    args = ["coop-eval", f"--hf={chat_dir}", "--chat", "--dataset=synthetic", "--num_examples=3",
+            "--k=0", "--max_new_tokens=4", "--config.verifier.num_workers=1"]
+    rep = cli.main([*args, f"--out={tmp_path / 'out'}"])
+    rows = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").open()]
+    longest = max(len(r["prompt"]) for r in rows)  # one character per token here
+    assert rep["max_prompt_len"] == longest and all(r["prompt"].startswith("<u>") for r in rows)
+    with pytest.raises(UsageError, match=f"--max_prompt_len=8 cuts 3 of 3 chat prompts.*"
+                                         f"longest has {longest} tokens"):
+        cli.main([*args, "--max_prompt_len=8", f"--out={tmp_path / 'cut'}"])
+
+
 def test_coop_eval_rm_hf_matches_transformers(rm_dir, tmp_path):
     triples = tmp_path / "triples.jsonl"
     triples.write_text("\n".join(json.dumps(t) for t in TRIPLES) + "\n")

@@ -109,11 +109,24 @@ def test_greedy_decoding_matches_transformers_generate(smol, torch_lm, shared_da
         assert ours[row, :lengths[row]].tolist() == ref, (row, tok.decode(ref))
 
 
+def documented_command(page: str, start: str) -> list[str]:
+    """The arguments of the first command line on a docs page that starts with `start`."""
+    with open(os.path.join(ROOT, page)) as fh:
+        for line in fh:
+            if line.startswith(start):
+                return line.split()[1:]
+    raise AssertionError(f"{page} shows no command starting with {start!r}")
+
+
 @pytest.fixture(scope="module")
 def rule_run(smol, tmp_path_factory):
-    """A 2-step coop-train of the real policy with LoRA: rule reward, story problems, chat."""
+    """The real-model page's coop-train command (LoRA, rule reward, story problems, chat) as
+    written, 2 short steps, in a temporary workdir."""
     workdir = tmp_path_factory.mktemp("rule_run")
-    _run(["coop_jax.train", f"--config={CONFIG}", f"--workdir={workdir}", *SHORT,
+    args = documented_command("docs/real_models.md",
+                              "coop-train --config=configs/smollm2_arithmetic.py")
+    args = [a for a in args if not a.startswith("--workdir=")]
+    _run(["coop_jax.train", *args, f"--workdir={workdir}", *SHORT,
           "--config.rollout.group_size=2", "--config.rollout.prompts_per_step=2",
           "--config.rollout.max_new_tokens=8"], smol)
     return workdir

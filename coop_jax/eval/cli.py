@@ -30,7 +30,7 @@ from coop_jax import console, hf, parallel
 from coop_jax.checkpoint import load_model
 from coop_jax.config import base_config, field_doc, resolve_mesh_shape
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
-                           load_split)
+                           format_prompt, load_split)
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
@@ -178,6 +178,26 @@ def _load_model(f: flags.FlagValues, which: str):
     return cfg, params, tokenizer, config, given, source
 
 
+def _prompt_len(f: flags.FlagValues, config, config_given: bool, tokenizer, records, template,
+                chat: bool) -> int:
+    """--max_prompt_len, else the config's when one is given, else the longest prompt's length.
+    A chat prompt is cut on the left, through its template: a length that cuts one is an error."""
+    lengths = [len(tokenizer(format_prompt(template, r["question"], tokenizer=tokenizer,
+                                           chat=chat), add_special_tokens=False)["input_ids"])
+               for r in records]
+    if f.max_prompt_len is None and not config_given:
+        return max(lengths)
+    chosen = int(_pick(f.max_prompt_len, config.data.max_prompt_len))
+    cut = sum(n > chosen for n in lengths)
+    if chat and cut:
+        where = ("--max_prompt_len" if f.max_prompt_len is not None
+                 else "the config's data.max_prompt_len")
+        raise UsageError(f"{where}={chosen} cuts {cut} of {len(lengths)} chat prompts through "
+                         f"the chat template (the longest has {max(lengths)} tokens); raise it "
+                         "to at least that")
+    return chosen
+
+
 def _template(f: flags.FlagValues, config, config_given: bool) -> str:
     """--template, else the config's when --config or a checkpoint gives one, else the dataset's
     (a policy's prompts, and an RM's `<question>` with reward_model.question_format=prompt)."""
@@ -286,7 +306,8 @@ def _evaluate_policy(f, t0: float) -> dict:
         report, rows = evaluate_policy(
             params, cfg, tokenizer, records, template=template, chat=chat, verifier=verifier,
             k=f.k, temperature=f.temperature, top_p=f.top_p, greedy=f.greedy,
-            max_prompt_len=_pick(f.max_prompt_len, config.data.max_prompt_len),
+            max_prompt_len=_prompt_len(f, config, config_given, tokenizer, records, template,
+                                       chat),
             max_new_tokens=_pick(f.max_new_tokens, config.rollout.max_new_tokens),
             batch_size=_pick(f.batch_size, config.eval.batch_size), seed=f.seed,
             kernel_impl=config.kernels.impl,
