@@ -6,6 +6,7 @@ quantile).
 * ``mean_ci``: Student-t interval, for aggregating a handful of seeds.
 * ``pass_at_k``: the unbiased pass@k estimator of Chen et al. (2021).
 * ``roc_auc``: rank-based (Mann-Whitney) AUC with tied scores given their average rank.
+* ``ols_slope``: the least-squares slope of y on x (a trend per seed).
 """
 from __future__ import annotations
 
@@ -130,6 +131,20 @@ def roc_auc(scores, labels) -> float:
         return math.nan
     ranks = average_ranks(scores)
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def ols_slope(x, y) -> float:
+    """The ordinary least-squares slope of ``y`` on ``x`` (NaN pairs dropped); NaN with fewer
+    than two distinct x."""
+    x, y = np.asarray(x, dtype=np.float64).ravel(), np.asarray(y, dtype=np.float64).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"x {x.shape} and y {y.shape} differ in length")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if x.size < 2 or np.all(x == x[0]):
+        return math.nan
+    dx = x - x.mean()
+    return float((dx * (y - y.mean())).sum() / (dx * dx).sum())
 
 
 def interval_to_json(interval: dict) -> dict:

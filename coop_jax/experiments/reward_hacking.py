@@ -238,6 +238,12 @@ def _methods(value) -> list[str]:
     return names
 
 
+def expected_runs(config) -> dict[str, list[int]]:
+    """arm -> the seeds the experiment runs it on (`experiment.methods` x `experiment.seeds`)."""
+    e = config.experiment
+    return {arm: _seeds(e.seeds) for arm in _methods(e.methods)}
+
+
 def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = ""
                ) -> run_store.RunFn:
     """run(arm, seed, run_dir) -> the summary of one `coop-train` run of the experiment."""
@@ -256,21 +262,22 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     """The whole experiment (module doc); `commit`: commit each finished run's kept summary
     (`experiment.results_dir`, `run_store`) as it ends."""
     e = config.experiment
-    methods, seeds = _methods(e.methods), _seeds(e.seeds)
+    expected = expected_runs(config)
+    methods = list(expected)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
         static_rm(config, train_path, heldout_path, rm_dir)
     run_dirs = run_store.run_all(
-        [(arm, seed) for arm in methods for seed in seeds],
+        [(arm, seed) for arm, seeds in expected.items() for seed in seeds],
         arm_runner(config, policy_dir, rm_dir, heldout_path,
                    probe_set(config, os.path.join(workdir, "probes.jsonl"))), workdir=workdir,
         settings=run_store.fingerprint(config), results_dir=e.get("results_dir", ""),
         commit=commit)
     from coop_jax.experiments.hacking_report import write_hacking_report
     return write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
-                                expected={arm: seeds for arm in methods}, command=command)
+                                expected=expected, command=command)
 
 
 def run() -> None:

@@ -1,0 +1,150 @@
+"""The reward-hacking report's reading of the new metrics, on made-up runs: strict gold as the
+headline, the on-policy RM curves, the hack-probe table, gold / proxy against sqrt KL, kept run
+folders as the input."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from coop_jax import stats
+from coop_jax.eval import report as report_lib
+from coop_jax.experiments import hacking_report
+
+STEPS = 20
+
+
+def fake_run(root, arm, seed, *, final_strict=0.5, final=0.6, rm_acc=lambda step: 0.9,
+             proxy=0.6, rule=0.5, kl_rate=0.01, probes=True, strict=True):
+    """A run folder: summary.json and metrics.jsonl with every metric the report reads."""
+    d = os.path.join(root, f"{arm}_s{seed}")
+    os.makedirs(d)
+    summary = {"arm": arm, "method": arm, "seed": seed, "steps": STEPS, "initial_accuracy": 0.3,
+               "final_accuracy": final, "wall_seconds": 5.0}
+    if strict:
+        summary["final_accuracy_strict"] = final_strict
+    with open(os.path.join(d, "summary.json"), "w") as fh:
+        json.dump(summary, fh)
+    has_rm = arm not in ("rule", "random")
+    with open(os.path.join(d, "metrics.jsonl"), "w") as fh:
+        for step in range(STEPS + 1):
+            row = {"step": step}
+            if step % 10 == 0:
+                row["eval/greedy_accuracy"] = 0.3 + step / STEPS * (final - 0.3)
+                if strict:
+                    row["eval/greedy_accuracy_strict"] = 0.25 + step / STEPS * (final_strict - 0.25)
+                if probes:
+                    for pattern in ("praise", "empty"):
+                        row[f"probe/{pattern}/policy_logp"] = -3.0 + 0.01 * step
+                        if has_rm:
+                            row[f"probe/{pattern}/rm_false_accept"] = 0.1 + 0.02 * step
+            if step:
+                row |= {"rule_accuracy": rule, "kl_to_start_seq": kl_rate * step,
+                        "kl_to_start": kl_rate}
+                if has_rm:
+                    row |= {"proxy_reward_mean": proxy, "rm_rule_agreement": rm_acc(step),
+                            "rm_onpolicy_auc": rm_acc(step), "rm_onpolicy_pair_accuracy": 0.8}
+                    if arm.startswith("cooper"):
+                        row |= {"rm_rule_agreement_after": 0.95, "rm_onpolicy_auc_after": 0.97,
+                                "rm_onpolicy_pair_accuracy_after": 0.9}
+            fh.write(json.dumps(row) + "\n")
+    return d
+
+
+def test_ols_slope():
+    assert stats.ols_slope([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx(2.0)
+    assert stats.ols_slope([0, 1, 2, np.nan], [0, -1, -2, 5]) == pytest.approx(-1.0)
+    assert math.isnan(stats.ols_slope([1, 1], [0, 1]))
+    assert math.isnan(stats.ols_slope([1], [0]))
+
+
+def test_derived_metrics_and_smoothing():
+    rows = hacking_report.add_hacking_gap([
+        {"step": 1, "proxy_reward_mean": 0.7, "rule_accuracy": 0.5, "kl_to_start_seq": 4.0},
+        {"step": 2, "kl_to_start_seq": -0.01}])
+    assert rows[0]["hacking_gap"] == pytest.approx(0.2)
+    assert rows[0]["sqrt_kl_to_start"] == pytest.approx(2.0)
+    assert rows[1]["sqrt_kl_to_start"] == 0.0 and "hacking_gap" not in rows[1]
+    smooth = hacking_report.smoothed([{"step": i, "x": float(i)} for i in range(5)] +
+                                     [{"step": 5}], ["x"], window=2)
+    assert [r.get("x") for r in smooth] == [0.0, 0.5, 1.5, 2.5, 3.5, None]
+
+
+def test_kept_run_dirs(tmp_path):
+    a = fake_run(tmp_path, "rule", 0)
+    b = fake_run(tmp_path, "static_rm", 0)
+    os.makedirs(tmp_path / "not_a_run")
+    assert hacking_report.kept_run_dirs(str(tmp_path)) == sorted([a, b])
+    assert hacking_report.kept_run_dirs(a) == [a]
+
+
+def test_strict_gold_is_the_headline_when_every_run_has_it(tmp_path):
+    dirs = [fake_run(tmp_path, "rule", 0, final_strict=0.4, final=0.7)]
+    runs = [report_lib.load_run(d) for d in dirs]
+    gold, strict = hacking_report.gold_runs(runs)
+    assert strict and gold[0]["summary"]["final_accuracy"] == 0.4
+    assert gold[0]["summary"]["initial_accuracy"] == pytest.approx(0.25)  # the step-0 eval
+    runs.append(report_lib.load_run(fake_run(tmp_path, "static_rm", 0, strict=False)))
+    gold, strict = hacking_report.gold_runs(runs)
+    assert not strict and gold[0]["summary"]["final_accuracy"] == 0.7
+
+
+def test_probe_table_first_last_and_logp_trend(tmp_path):
+    runs = [report_lib.load_run(fake_run(tmp_path, arm, s)) for arm in ("static_rm", "rule")
+            for s in (0, 1)]
+    assert hacking_report.probe_patterns(runs) == ["empty", "praise"]
+    table = hacking_report.probe_table(runs)
+    praise = table["static_rm"]["praise"]
+    assert praise["false_accept_first"]["mean"] == pytest.approx(0.1)
+    assert praise["false_accept_last"]["mean"] == pytest.approx(0.5)
+    assert praise["logp_slope_per_100"]["mean"] == pytest.approx(1.0)
+    assert praise["first_step"]["mean"] == 0 and praise["last_step"]["mean"] == STEPS
+    assert "false_accept_first" not in table["rule"]["praise"]  # no RM
+    assert table["rule"]["praise"]["logp_last"]["mean"] == pytest.approx(-2.8)
+    md = "\n".join(hacking_report.probe_markdown(table))
+    assert "| rule | praise | n/a | n/a | -3.000" in md
+
+
+def test_gold_and_proxy_against_sqrt_kl(tmp_path):
+    runs = [report_lib.load_run(fake_run(tmp_path, "static_rm", s, kl_rate=0.04 * (s + 1)))
+            for s in (0, 1)]
+    for r in runs:
+        r["metrics"] = hacking_report.add_hacking_gap(r["metrics"])
+    curves = hacking_report.kl_curves(runs, window=1)["static_rm"]
+    assert curves["steps"][0] == 1 and len(curves["steps"]) == STEPS
+    # mean over the two seeds of sqrt(0.04 * step) and sqrt(0.08 * step) at step 4
+    expected = (math.sqrt(0.16) + math.sqrt(0.32)) / 2
+    assert curves["sqrt_kl"][3] == pytest.approx(expected)
+    assert curves["gold"][0] == pytest.approx(0.5) and curves["proxy"][0] == pytest.approx(0.6)
+    held = curves["heldout"]
+    assert held["metric"] == "eval/greedy_accuracy_strict"
+    assert held["sqrt_kl"][0] == 0.0 and held["accuracy"][0] == pytest.approx(0.25)
+    assert len(held["sqrt_kl"]) == 3 and held["sqrt_kl"][-1] > held["sqrt_kl"][1] > 0
+    out = tmp_path / "kl.png"
+    assert hacking_report.plot_kl_curves({"static_rm": curves}, str(out))
+    assert out.stat().st_size > 0
+    assert not hacking_report.plot_kl_curves({}, str(tmp_path / "none.png"))
+
+
+def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
+    root = tmp_path / "results" / "runs"
+    for arm in ("rule", "static_rm", "cooper_consistent_wrong"):
+        for s in (0, 1):
+            fake_run(root, arm, s, final_strict=0.4 + 0.1 * s)
+    out = hacking_report.main([str(root), "--out", str(tmp_path / "out")])
+    assert out["gold"] == "strict" and not out["partial"]
+    assert out["groups"]["rule"]["final_accuracy"]["mean"] == pytest.approx(0.45)
+    assert out["groups_lenient"]["rule"]["final_accuracy"]["mean"] == pytest.approx(0.6)
+    diag = out["diagnostics"]
+    assert diag["cooper_consistent_wrong"]["rm_onpolicy_auc_after"]["mean"] == pytest.approx(0.97)
+    assert diag["static_rm"]["rm_onpolicy_auc_after"]["mean"] is None
+    assert diag["static_rm"]["sqrt_kl_to_start"]["mean"] > 0
+    assert set(out["probes"]) == {"rule", "static_rm", "cooper_consistent_wrong"}
+    for name in ("curves.png", "onpolicy_rm.png", "gold_proxy_vs_kl.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "strict numeric gold" in md and "onpolicy_rm.png" in md and "| static_rm | praise" in md
+    assert "python -m coop_jax.experiments.hacking_report" in md
+    with pytest.raises(SystemExit):
+        hacking_report.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
