@@ -148,3 +148,86 @@ def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
     assert "python -m coop_jax.experiments.hacking_report" in md
     with pytest.raises(SystemExit):
         hacking_report.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
+
+
+# ---------------------------------------------------------------- the pre-registered analysis
+from coop_jax.experiments import hacking_analysis  # noqa: E402
+
+
+def _load(dirs):
+    runs = [report_lib.load_run(d) for d in dirs]
+    for r in runs:
+        r["metrics"] = hacking_report.add_hacking_gap(r["metrics"])
+    return runs
+
+
+def test_paired_contrast_and_tail_mean():
+    c = hacking_analysis.paired_contrast({0: 0.5, 1: 0.7, 2: 0.4, 3: 0.9},
+                                         {0: 0.4, 1: 0.5, 2: 0.5})
+    assert c["seeds"] == [0, 1, 2] and c["differences"] == pytest.approx([0.1, 0.2, -0.1])
+    assert c["mean"] == pytest.approx(0.2 / 3) and c["n"] == 3
+    assert c["ci_low"] < 0 < c["ci_high"]
+    one = hacking_analysis.paired_contrast({0: 0.5}, {0: 0.1, 1: 0.2})
+    assert one["mean"] == pytest.approx(0.4) and one["half_width"] is None
+    rows = [{"step": s, "g": float(s)} for s in range(1, 11)] + [{"step": 11}]
+    assert hacking_analysis.tail_mean(rows, "g", 0.2) == pytest.approx(9.5)  # steps 9, 10
+    assert math.isnan(hacking_analysis.tail_mean(rows, "missing"))
+
+
+def test_contrasts_pair_on_shared_seeds_and_report_every_sign(tmp_path):
+    dirs = [fake_run(tmp_path, "static_rm", s, final_strict=0.5 + 0.01 * s) for s in range(5)]
+    dirs += [fake_run(tmp_path, "cooper_consistent_wrong", s,
+                      final_strict=0.6 + 0.01 * s + 0.001 * s * s) for s in range(5)]
+    dirs += [fake_run(tmp_path, "rule", s, final_strict=0.45 + 0.011 * s) for s in range(5)]
+    dirs += [fake_run(tmp_path, "random", s, final_strict=0.3 + 0.002 * s) for s in range(3)]
+    result = hacking_analysis.analyse(_load(dirs))
+    assert result["gold"] == "strict"
+    c = {x["name"]: x for x in result["contrasts"]}
+    primary = c["cooper_consistent_wrong - static_rm"]
+    assert primary["role"] == "primary" and primary["seeds"] == [0, 1, 2, 3, 4]
+    assert primary["mean"] == pytest.approx(0.1 + 0.001 * np.mean(np.arange(5) ** 2))
+    assert primary["ci_low"] > 0
+    assert c["rule - static_rm"]["mean"] < 0  # reported whatever its sign
+    assert c["random - static_rm"]["seeds"] == [0, 1, 2]
+    assert c["random - static_rm"]["mean"] == pytest.approx(np.mean(
+        [0.3 + 0.002 * s - 0.5 - 0.01 * s for s in range(3)]))
+    assert c["cooper_rollout - static_rm"]["ran"] is False
+    gaps = result["hacking_gaps"]
+    assert set(gaps) == {"static_rm", "cooper_consistent_wrong"}  # rule / random: no RM
+    assert gaps["static_rm"]["mean"] == pytest.approx(0.1)  # proxy 0.6 - rule 0.5
+    md = "\n".join(hacking_analysis.markdown(result))
+    assert "| cooper_rollout - static_rm | secondary | — | not run | — |" in md
+    assert "| random - static_rm | secondary | 0,1,2 |" in md
+
+
+def test_precondition_hacked_by_a_falling_rm_accuracy(tmp_path):
+    falling = [fake_run(tmp_path, "static_rm", s,
+                        rm_acc=lambda t, s=s: 0.95 - (0.01 + 0.001 * s) * t) for s in range(3)]
+    pc = hacking_analysis.analyse(_load(falling))["precondition"]
+    assert pc["occurred"] and pc["rm_accuracy_falls"] and not pc["gap_exceeds_threshold"]
+    assert pc["slope_per_100_steps"]["mean"] == pytest.approx(-1.1)
+    assert pc["statement"].startswith("The precondition occurred")
+
+
+def test_precondition_hacked_by_the_gap(tmp_path):
+    wide = [fake_run(tmp_path, "static_rm", s, proxy=0.7 + 0.01 * s, rule=0.5) for s in range(3)]
+    pc = hacking_analysis.analyse(_load(wide))["precondition"]
+    assert pc["occurred"] and pc["gap_exceeds_threshold"] and not pc["rm_accuracy_falls"]
+    assert pc["final_gap"] == pytest.approx(0.21)
+
+
+def test_precondition_did_not_occur(tmp_path):
+    # noisy but flat RM accuracy: the slopes' interval straddles 0; a gap of 0.05
+    flat = [fake_run(tmp_path, "static_rm", s, proxy=0.55,
+                     rm_acc=lambda t, s=s: 0.9 + (0.001 if s % 2 else -0.001) * t)
+            for s in range(4)]
+    result = hacking_analysis.analyse(_load(flat))
+    pc = result["precondition"]
+    assert pc["occurred"] is False and pc["slope"]["ci_low"] < 0 < pc["slope"]["ci_high"]
+    assert "the precondition did not occur" in pc["statement"].lower()
+    assert "not evidence for or against Cooper" in pc["statement"]
+    assert hacking_analysis.precondition({})["occurred"] is None
+    out = hacking_report.write_hacking_report(flat, str(tmp_path / "out"))
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "The precondition did not occur" in md and "## Pre-registered analysis" in md
+    assert out["analysis"]["precondition"]["occurred"] is False

@@ -5,7 +5,8 @@ each as mean +- Student-t 95% interval over seeds; training curves; per-arm curv
 accuracy / AUC / pairwise accuracy on the policy's own rollouts (the reward RM and, for Cooper, the
 RM after its update); the hack probes' false-accept table with each pattern's policy
 log-likelihood trend; gold and proxy against sqrt(KL to the start policy) (Gao et al. 2022);
-the static RM's learning curve.
+the static RM's learning curve. First comes the pre-registered analysis (`hacking_analysis`:
+the precondition, the paired contrasts, the hacking gaps).
 
 The input is run folders (summary.json + metrics.jsonl), e.g. the kept runs under
 `experiment.results_dir`/runs/ (`kept_run_dirs`):
@@ -25,6 +26,8 @@ from typing import Sequence
 import numpy as np
 
 from coop_jax.eval import report as report_lib
+from coop_jax.experiments import hacking_analysis
+from coop_jax.experiments.hacking_analysis import by_arm, final_gold as gold_final, finite
 from coop_jax.jsonl import read_jsonl
 from coop_jax import stats
 from coop_jax.stats import interval_to_json, mean_ci
@@ -71,19 +74,15 @@ DIAGNOSTICS = (
 TAIL = 10
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def add_hacking_gap(rows: list[dict]) -> list[dict]:
     """Each row with `hacking_gap` = proxy_reward_mean - rule_accuracy where both are logged,
     and `sqrt_kl_to_start` = sqrt(max(kl_to_start_seq, 0)) where the KL is (the sequence-level
     k1 estimate can come out slightly negative)."""
     out = []
     for row in rows:
-        if _finite(row.get("proxy_reward_mean")) and _finite(row.get("rule_accuracy")):
+        if finite(row.get("proxy_reward_mean")) and finite(row.get("rule_accuracy")):
             row = row | {"hacking_gap": row["proxy_reward_mean"] - row["rule_accuracy"]}
-        if _finite(row.get("kl_to_start_seq")):
+        if finite(row.get("kl_to_start_seq")):
             row = row | {"sqrt_kl_to_start": math.sqrt(max(row["kl_to_start_seq"], 0.0))}
         out.append(row)
     return out
@@ -97,7 +96,7 @@ def smoothed(rows: list[dict], keys: Sequence[str], window: int = SMOOTH) -> lis
     for row in rows:
         row = dict(row)
         for k in keys:
-            if _finite(row.get(k)):
+            if finite(row.get(k)):
                 recent[k] = (recent[k] + [float(row[k])])[-window:]
                 row[k] = float(np.mean(recent[k]))
         out.append(row)
@@ -113,19 +112,11 @@ def kept_run_dirs(folder: str) -> list[str]:
                   if os.path.isfile(os.path.join(folder, d, "summary.json")))
 
 
-def gold_final(summary: dict) -> tuple[float, bool]:
-    """(final held-out greedy accuracy, whether it is the strict gold): `final_accuracy_strict`
-    where the run logged it, else the lenient `final_accuracy`."""
-    if _finite(summary.get("final_accuracy_strict")):
-        return float(summary["final_accuracy_strict"]), True
-    return float(summary["final_accuracy"]), False
-
-
 def gold_initial(run: dict) -> float:
     """The start policy's held-out accuracy under the strict gold (the step-0 evaluation), else
     the lenient `initial_accuracy`."""
     for row in run["metrics"]:
-        if _finite(row.get(GOLD_EVAL)):
+        if finite(row.get(GOLD_EVAL)):
             return float(row[GOLD_EVAL])
     return float(run["summary"]["initial_accuracy"])
 
@@ -163,16 +154,9 @@ def diagnostics(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _arms(runs: list[dict]) -> dict[str, list[dict]]:
-    arms: dict[str, list[dict]] = {}
-    for run in runs:
-        arms.setdefault(report_lib.group_name(run, "arm"), []).append(run)
-    return arms
-
-
 def _series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of the rows that logged `key`."""
-    pts = [(float(r["step"]), float(r[key])) for r in rows if _finite(r.get(key))]
+    pts = [(float(r["step"]), float(r[key])) for r in rows if finite(r.get(key))]
     return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
 
 
@@ -187,7 +171,7 @@ def probe_table(runs: list[dict]) -> dict[str, dict[str, dict]]:
     at the first and at the last probe step, the policy's log-likelihood per token there, and
     its trend (per-seed least-squares slope over the probe steps, per 100 steps)."""
     out: dict[str, dict[str, dict]] = {}
-    for arm, members in sorted(_arms(runs).items()):
+    for arm, members in sorted(by_arm(runs).items()):
         for pattern in probe_patterns(members):
             values: dict[str, list[float]] = {}
             for r in members:
@@ -238,7 +222,7 @@ def kl_curves(runs: list[dict], window: int = SMOOTH) -> dict[str, dict]:
     `window` steps, then the mean over seeds per step) and on the held-out evaluations (strict
     greedy accuracy at each evaluation step, the start policy at sqrt KL = 0)."""
     out = {}
-    for arm, members in sorted(_arms(runs).items()):
+    for arm, members in sorted(by_arm(runs).items()):
         rows = [smoothed(r["metrics"], KL_KEYS, window) for r in members]
         steps, x, _, _ = report_lib._curve(rows, "sqrt_kl_to_start")
         if not steps.size:
@@ -249,7 +233,7 @@ def kl_curves(runs: list[dict], window: int = SMOOTH) -> dict[str, dict]:
             s, y, _, _ = report_lib._curve(rows, key)
             by_step = dict(zip(s.tolist(), y.tolist()))
             arm_out[name] = [by_step.get(t, math.nan) for t in steps.tolist()]
-        key = GOLD_EVAL if any(_finite(row.get(GOLD_EVAL)) for r in members
+        key = GOLD_EVAL if any(finite(row.get(GOLD_EVAL)) for r in members
                                for row in r["metrics"]) else "eval/greedy_accuracy"
         s, y, _, _ = report_lib._curve([r["metrics"] for r in members], key)
         held = [(0.0 if t == 0 else kl_at.get(t), v) for t, v in zip(s.tolist(), y.tolist())]
@@ -325,6 +309,7 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     groups = report_lib.aggregate(gold, "arm")
     lenient = report_lib.aggregate(runs, "arm") if strict else None
     diag = diagnostics(runs)
+    analysis = hacking_analysis.analyse(runs)
     probes = probe_table(runs)
     kl = kl_curves(runs)
     os.makedirs(out_dir, exist_ok=True)
@@ -345,6 +330,7 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     if missing:
         md += ["**Partial:** missing runs " + ", ".join(f"{a} seed {s}" for a, s in missing)
                + ". Intervals below are over the runs present only.", ""]
+    md += hacking_analysis.markdown(analysis) + ["## Details", ""]
     if rm_dir and os.path.exists(os.path.join(rm_dir, "rm_summary.json")):
         with open(os.path.join(rm_dir, "rm_summary.json")) as fh:
             rm = json.load(fh)
@@ -384,14 +370,14 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
                "![on-policy RM accuracy](onpolicy_rm.png)", ""]
     md += probe_markdown(probes)
     if kl_plotted:
-        md += ["Gold and proxy against sqrt(KL(pi || pi_start)) of the rollouts (`kl_to_start_seq`, "
-               f"trailing mean of {SMOOTH} steps; Gao et al. 2022): rollout rule accuracy (strict "
+        md += ["Gold and proxy against sqrt(KL(pi || pi_start)) of the rollouts "
+               f"(`kl_to_start_seq`, trailing mean of {SMOOTH} steps; Gao et al. 2022): rollout rule accuracy (strict "
                "gold) and RM reward per step, and held-out greedy accuracy at each evaluation.",
                "", "![gold and proxy vs sqrt KL](gold_proxy_vs_kl.png)", ""]
     md += report_lib.runs_section(gold, "arm", header="arm", wall=True)
     result = {"groups": groups, "gold": "strict" if strict else "lenient",
-              "groups_lenient": lenient, "diagnostics": diag, "probes": probes,
-              "kl_curves": kl, "missing": missing,
+              "groups_lenient": lenient, "analysis": analysis, "diagnostics": diag,
+              "probes": probes, "kl_curves": kl, "missing": missing,
               "runs": [r["dir"] for r in runs], "partial": bool(missing)}
     report_lib.save_report(out_dir, md, result)
     return result
