@@ -1,9 +1,11 @@
-"""Reward-hacking experiment on the synthetic task (CPU, 2 cores): rule vs static RM vs Cooper
-with rollout / consistent_wrong / perturb negatives, one SFT start, one static RM, 3 seeds.
-See coop_jax/experiments/reward_hacking.py.
+"""Reward-hacking experiment on the synthetic task (CPU, 2 cores), the pre-registered plan of
+docs/results/reward_hacking/report.md: rule vs static RM vs Cooper with rollout /
+consistent_wrong negatives vs a random-reward calibration arm, one SFT start, one static RM
+trained on an offline corpus, 200 RL steps, 5 seeds (random: 3), 1000 held-out questions,
+strict numeric gold. See coop_jax/experiments/reward_hacking.py.
 
     python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
-        [--config.experiment.methods=rule,cooper_consistent_wrong --config.experiment.seeds=0]
+        --commit [--config.experiment.methods=static_rm --config.experiment.seeds=0]
 """
 import importlib.util
 import os
@@ -31,10 +33,12 @@ def get_config():
                           question_format="question")  # as run before issue 13: raw questions
     c.rollout.update(group_size=8, prompts_per_step=8)
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
-                    heldout_every=20, no_pair_step="skip",  # as run before issue 13
+                    # the RM on the fixed held-out triples (the on-policy metrics are every step)
+                    heldout_every=50, no_pair_step="skip",  # as run before issue 13
                     # the assistant of the cooper_rewrite arm (not in the default methods)
                     assistant_hf_path=smollm2_gguf())
-    c.train.update(steps=60, eval_every=10, checkpoint_every=30)
+    c.train.update(steps=200, eval_every=20, checkpoint_every=50)
+    c.data.num_eval = 1000  # held-out questions of every evaluation, the final one included
     # Gold (rule rewards, rule labels, the evaluation's "_strict" accuracy) needs an integer after
     # the answer marker: the lenient rules accept a restated question ("7+2-3" for 7+2-3).
     c.verifier.extraction = "strict_numeric"
@@ -42,23 +46,30 @@ def get_config():
     c.rl.log_kl_to_start = True  # KL(pi || pi_start) of the rollouts, for gold / proxy vs sqrt(KL)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line
-        methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,cooper_perturb",
-        seeds="0,1,2",
-        # static RM data: samples of the SFT policy on the first rm_questions training questions;
+        # (cooper_perturb is out of the default for time; it stays available)
+        methods="rule,static_rm,cooper_rollout,cooper_consistent_wrong,random",
+        seeds="0,1,2,3,4",
+        random_seeds=3,  # the random arm runs on the first 3 seeds only
+        # static RM data ("policy_samples"): samples of the SFT policy on the first rm_questions
+        # training questions ("offline": the corpus's generators on those questions);
         # heldout_fraction of the questions form the fixed held-out set (+ consistent-wrong
         # rewrites of their correct samples)
         rm_questions=1600, samples_per_question=4, heldout_fraction=0.05,
         # the static RM's data: "policy_samples" (above) | "offline" (experiments/rm_corpus.py:
         # programmatic generators of every error kind in both formats, none the start policy,
         # kept where the lenient and strict_numeric verifiers agree; corpus_manifest.json)
-        rm_corpus="policy_samples",
+        rm_corpus="offline",
+        # the competence gate of the static RM on its corpus's own held-out split: below either,
+        # the driver stops before any RL run
+        rm_min_accuracy=0.90, rm_min_auc=0.95,
         # hack probes (experiments/hack_probes.py) of this many held-out questions, 10 patterns
         probe_questions=32,
         # each finished run's summary.json / metrics.jsonl go to <results_dir>/runs/<arm>_s<seed>
         # (relative to the working folder; "" = only the workdir); a rerun skips those runs
         results_dir="docs/results/reward_hacking"))
     # the static RM's training (the issue's PyTorch calibration: lr 5e-5, batch 32, 300-500 steps;
-    # 3 epochs of ~4,600 triples = ~430 steps, past the calibration's transition at 200-300)
+    # 3 epochs of ~4,600 policy-sample triples = ~430 steps, past the calibration's transition at
+    # 200-300; the offline corpus of 1600 questions holds ~10,600 training triples: ~1,000 steps)
     # No gradient clipping: with rm_train.grad_clip=1.0 (the default) the same RM stayed at the
     # base rate for all 432 steps (held-out AUC 0.57); unclipped it passes 0.90 by step 200
     # (docs/results/reward_hacking/rm_routes/).

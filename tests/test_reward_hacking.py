@@ -64,7 +64,8 @@ def test_arms_share_everything_but_reward_and_negative():
     assert configs["cooper_perturb"].cooper.negative == "perturb"
     assert configs["cooper_consistent_wrong"].cooper.negative == "consistent_wrong"
     assert configs["random"].reward.type == "random" and configs["random"].cooper.rm_checkpoint == ""
-    assert "random" not in reward_hacking._methods(config.experiment.methods)
+    default = reward_hacking._methods(config.experiment.methods)
+    assert "random" in default and "cooper_perturb" not in default  # dropped for time
     assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
     assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
     with pytest.raises(ValueError, match="experiment.methods"):
@@ -283,4 +284,43 @@ def test_driver_chooses_the_static_rm_corpus(tmp_path):
     config.experiment.rm_corpus = "judge"
     with pytest.raises(ValueError, match="experiment.rm_corpus"):
         reward_hacking.static_rm_data(config, "/sft", str(tmp_path / "other"))
-    assert reward_hacking_config().experiment.rm_corpus == "policy_samples"
+    assert reward_hacking_config().experiment.rm_corpus == "offline"
+
+
+def test_the_plan_settings_and_the_one_arm_rerun():
+    """configs/toy_hacking.py runs the pre-registered plan: 200 steps, 5 seeds (random: the
+    first 3), 1000 held-out questions, strict gold, the offline corpus, probes every 10 steps,
+    KL to the start policy; one arm / one seed selects itself."""
+    config = reward_hacking_config()
+    assert config.train.steps >= 200 and config.data.num_eval >= 1000
+    assert config.verifier.extraction == "strict_numeric" and config.rl.log_kl_to_start
+    assert config.probes.every == 10 and config.experiment.rm_corpus == "offline"
+    runs = reward_hacking.expected_runs(config)
+    assert runs == {arm: [0, 1, 2, 3, 4] for arm in
+                    ("rule", "static_rm", "cooper_rollout", "cooper_consistent_wrong")} | {
+        "random": [0, 1, 2]}
+    config.experiment.update(methods="static_rm", seeds="0")  # the CLI's override, as text
+    assert reward_hacking.expected_runs(config) == {"static_rm": [0]}
+
+
+def test_competence_gate_stops_before_any_run():
+    good = {"heldout_accuracy": 0.93, "heldout_auc": 0.99, "num_heldout": 100}
+    reward_hacking.competence_gate(good, 0.90, 0.95)
+    reward_hacking.competence_gate(good | {"heldout_auc": None}, 0.90, 0.0)  # AUC not gated
+    with pytest.raises(reward_hacking.IncompetentRM, match="accuracy 0.85 < 0.9"):
+        reward_hacking.competence_gate(good | {"heldout_accuracy": 0.85}, 0.90, 0.95)
+    with pytest.raises(reward_hacking.IncompetentRM, match="AUC n/a < 0.95"):
+        reward_hacking.competence_gate(good | {"heldout_auc": None}, 0.90, 0.95)
+
+
+def test_driver_stops_at_the_gate_before_any_run(tmp_path, monkeypatch):
+    config = reward_hacking_config()
+    monkeypatch.setattr(reward_hacking, "sft_policy", lambda c, d: d)
+    monkeypatch.setattr(reward_hacking, "static_rm_data", lambda c, p, d: ("t.jsonl", "h.jsonl"))
+    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: {
+        "heldout_accuracy": 0.8, "heldout_auc": 0.97, "num_heldout": 50})
+    ran = []
+    monkeypatch.setattr(reward_hacking.run_store, "run_all", lambda *a, **k: ran.append(a))
+    with pytest.raises(reward_hacking.IncompetentRM, match="before any RL run"):
+        reward_hacking.main(config, str(tmp_path))
+    assert ran == []

@@ -12,15 +12,19 @@ one SFT policy and one static RM, several seeds.
    -> DIR/static_rm/{train,heldout}_triples.jsonl, triples_stats.json.
 3. The static RM (`reward_model` section, `rm_train` settings), trained on the training triples
    only (initial-policy samples) -> DIR/static_rm (rm_summary.json with heldout_accuracy,
-   heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}).
-4. Every arm x seed: `coop-train` from the SFT policy; RM arms start from the static RM ->
+   heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}). With
+   `experiment.rm_corpus="offline"` steps 2-3 use the offline corpus instead (`rm_corpus`,
+   DIR/static_rm/corpus_manifest.json). `experiment.rm_min_accuracy` / `rm_min_auc` gate the
+   static RM: below either, the driver stops before any RL run (`competence_gate`).
+4. Every arm x seed (`expected_runs`; the `random` arm on the first `experiment.random_seeds`): `coop-train` from the SFT policy; RM arms start from the static RM ->
    DIR/runs/<arm>_s<seed>. Arms differ only in reward source and Cooper's negative strategy.
    Each finished run's summary.json and metrics.jsonl are kept in
    `experiment.results_dir`/runs/<arm>_s<seed> (committed as the run ends with --commit); a
    rerun skips the runs kept there (`run_store`), so the experiment can span sessions.
    With `experiment.probe_questions`, every run also scores the hack probes of that many
    held-out questions (DIR/probes.jsonl, `hack_probes`) every `probes.every` steps.
-5. DIR/report.md, report.json, curves.png (hacking_report.py).
+5. DIR/report.md, report.json and the figures (hacking_report.py, with the pre-registered
+   analysis of hacking_analysis.py).
 """
 from __future__ import annotations
 
@@ -239,9 +243,32 @@ def _methods(value) -> list[str]:
 
 
 def expected_runs(config) -> dict[str, list[int]]:
-    """arm -> the seeds the experiment runs it on (`experiment.methods` x `experiment.seeds`)."""
+    """arm -> the seeds the experiment runs it on: `experiment.methods` x `experiment.seeds`,
+    the `random` arm only on the first `experiment.random_seeds` of them (0 or unset: all)."""
     e = config.experiment
-    return {arm: _seeds(e.seeds) for arm in _methods(e.methods)}
+    seeds, n_random = _seeds(e.seeds), int(e.get("random_seeds", 0) or 0)
+    return {arm: seeds[:n_random] if arm == "random" and n_random else seeds
+            for arm in _methods(e.methods)}
+
+
+class IncompetentRM(RuntimeError):
+    """The static RM failed the experiment's competence gate: no RL run may start."""
+
+
+def competence_gate(rm_summary: dict, min_accuracy: float, min_auc: float) -> None:
+    """Raise `IncompetentRM` unless the static RM's held-out accuracy >= `min_accuracy` and its
+    ROC AUC >= `min_auc` (`experiment.rm_min_accuracy` / `rm_min_auc`; 0 = no gate); the
+    held-out split is the corpus's own (or the policy samples')."""
+    acc, auc = rm_summary.get("heldout_accuracy"), rm_summary.get("heldout_auc")
+    failed = [f"{name} {value if value is not None else 'n/a'} < {floor}"
+              for name, value, floor in (("held-out accuracy", acc, min_accuracy),
+                                         ("held-out ROC AUC", auc, min_auc))
+              if floor and (value is None or value < floor)]
+    if failed:
+        raise IncompetentRM(
+            "the static RM failed the competence gate (" + "; ".join(failed) + f", on "
+            f"{rm_summary.get('num_heldout')} held-out triples): stopping before any RL run, as "
+            "the pre-registered plan says; report this instead of the contrasts")
 
 
 def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = ""
@@ -268,7 +295,8 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
-        static_rm(config, train_path, heldout_path, rm_dir)
+        competence_gate(static_rm(config, train_path, heldout_path, rm_dir),
+                        e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
     run_dirs = run_store.run_all(
         [(arm, seed) for arm, seeds in expected.items() for seed in seeds],
         arm_runner(config, policy_dir, rm_dir, heldout_path,
