@@ -10,7 +10,8 @@
    `coop-train --config=CONFIG` with the run's arm overrides and seed, under `/usr/bin/time -v`
    (peak RSS), then `coop-eval` of its final checkpoint on the same held-out questions. Its
    summary, metrics, curves and evaluation are copied to RESULTS/<run>/ and, with --commit,
-   committed at once, so an interrupted experiment resumes from the next run.
+   committed at once, so an interrupted experiment resumes from the next run; a run interrupted
+   mid-training resumes from its last checkpoint in WORKDIR.
 3. RESULTS/report.md and report.json (`real_model_report`).
 
 Runs are named <arm>_s<seed>; an arm is a set of config overrides (ARMS).
@@ -61,9 +62,9 @@ def _define(fv: flags.FlagValues, argv: list[str]) -> None:
 
 
 def _sh(cmd: list[str], log_path: str) -> float:
-    """Run `cmd` with its output in `log_path`; its wall seconds (a failure raises)."""
+    """Run `cmd` with its output appended to `log_path`; its wall seconds (a failure raises)."""
     t0 = time.time()
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
         tail = open(log_path).read()[-3000:]
@@ -72,8 +73,9 @@ def _sh(cmd: list[str], log_path: str) -> float:
 
 
 def _peak_rss_mib(log_path: str) -> float | None:
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(log_path).read())
-    return int(m.group(1)) / 1024 if m else None
+    """The largest peak RSS of the attempts logged in `log_path` (one per resume)."""
+    peaks = re.findall(r"Maximum resident set size \(kbytes\): (\d+)", open(log_path).read())
+    return max(int(p) for p in peaks) / 1024 if peaks else None
 
 
 def _eval_cmd(source: list[str], f: flags.FlagValues, out: str) -> list[str]:
@@ -139,8 +141,8 @@ def arm_overrides(arm: str) -> list[str]:
 
 def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     arm, seed = RUN_RE.match(name).groups()
+    # an interrupted run's workdir is kept: coop-train resumes from its last checkpoint
     work, out = os.path.join(f.workdir, name), os.path.join(f.results, name)
-    shutil.rmtree(work, ignore_errors=True)
     os.makedirs(out, exist_ok=True)
     train_cmd = [sys.executable, "-m", "coop_jax.train", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
