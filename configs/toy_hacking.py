@@ -59,6 +59,11 @@ def get_config():
         # programmatic generators of every error kind in both formats, none the start policy,
         # kept where the lenient and strict_numeric verifiers agree; corpus_manifest.json)
         rm_corpus="offline",
+        # ... and character SFT policies other than the RL start policy (seed 0, 60% corrupted
+        # demonstrations, 300 steps): another seed; less corruption; short and very noisy. Each
+        # sampled corpus_sft_samples times on the first corpus_sft_questions corpus questions.
+        corpus_sft_policies="seed=1; seed=2,corrupt=0.2; seed=3,corrupt=0.9,steps=150",
+        corpus_sft_questions=400, corpus_sft_samples=4,
         # the competence gate of the static RM on its corpus's own held-out split: below either,
         # the driver stops before any RL run
         rm_min_accuracy=0.90, rm_min_auc=0.95,

@@ -324,3 +324,57 @@ def test_driver_stops_at_the_gate_before_any_run(tmp_path, monkeypatch):
     with pytest.raises(reward_hacking.IncompetentRM, match="before any RL run"):
         reward_hacking.main(config, str(tmp_path))
     assert ran == []
+
+
+def test_parse_sft_policies():
+    from coop_jax.experiments import rm_corpus
+
+    assert rm_corpus.parse_sft_policies("seed=1,corrupt=0.3,steps=100; seed=2") == [
+        {"seed": 1, "corrupt_fraction": 0.3, "steps": 100}, {"seed": 2}]
+    assert rm_corpus.parse_sft_policies("") == []
+    with pytest.raises(ValueError, match="needs a seed"):
+        rm_corpus.parse_sft_policies("corrupt=0.1")
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        rm_corpus.parse_sft_policies("seed=1,lr=3")
+
+
+def test_offline_corpus_with_sft_policy_generators(tmp_path):
+    """Character SFT policies with other seeds / corruption / length (a few SFT steps each) as
+    corpus generators beside the programmatic ones; the manifest's digests show none is the RL
+    start policy, and a generator that reproduces it is refused (by its settings, and by its
+    parameters when the settings are disguised)."""
+    import ml_collections
+    from coop_jax import hf
+    from coop_jax.experiments import rm_corpus
+
+    config = _tiny_config()
+    config.sft.update(steps=2, batch_size=4, max_len=40)
+    config.experiment = ml_collections.ConfigDict(dict(
+        rm_corpus="offline", rm_questions=6, heldout_fraction=0.25, samples_per_question=2,
+        corpus_sft_policies="seed=11,corrupt=0.3,steps=3", corpus_sft_questions=4))
+    policy = reward_hacking.sft_policy(config, str(tmp_path / "sft"))
+    reward_hacking.static_rm_data(config, policy, str(tmp_path / "rm"))
+    info = json.loads((tmp_path / "rm" / "corpus_manifest.json").read_text())
+    gens = {g: v for g, v in info["generators"].items() if g.startswith("sft_policy/")}
+    assert list(gens) == ["sft_policy/corrupt_fraction=0.3,seed=11,steps=3"]
+    start = info["rl_start_policy_digests"]
+    assert info["no_generator_is_the_rl_start_policy"] and info["no_triple_from_rl_start_policy"]
+    for v in gens.values():
+        assert v["made"] > 0 and v["kept"] + v["disagreements"] == v["made"]
+        assert v["params_digest"] != start["params"] and v["settings_digest"] != start["settings"]
+    from coop_jax.rm_input import read_triples
+    kept = read_triples(str(tmp_path / "rm" / "train_triples.jsonl")) + read_triples(
+        str(tmp_path / "rm" / "heldout_triples.jsonl"))
+    # every generator's kept triples, the SFT policies' included, are in the corpus files
+    assert len(kept) == info["label_balance"]["num_triples"] == sum(
+        v["kept"] for v in info["generators"].values())
+    records = reward_hacking.train.load_records(config).train[:2]
+    same = {"settings": rm_corpus.digest(rm_corpus.sft_settings(config, config.seed)),
+            "params": rm_corpus.params_digest(hf.load(policy).params)}
+    with pytest.raises(ValueError, match="start policy's SFT settings"):
+        rm_corpus.sft_generators(config, records, [{"seed": config.seed}], start=same,
+                                 samples_per_question=1, out_dir=str(tmp_path / "g1"))
+    with pytest.raises(ValueError, match="start policy's parameters"):
+        rm_corpus.sft_generators(config, records, [{"seed": config.seed}],
+                                 start=same | {"settings": "disguised"},
+                                 samples_per_question=1, out_dir=str(tmp_path / "g2"))

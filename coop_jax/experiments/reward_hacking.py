@@ -13,10 +13,13 @@ one SFT policy and one static RM, several seeds.
 3. The static RM (`reward_model` section, `rm_train` settings), trained on the training triples
    only (initial-policy samples) -> DIR/static_rm (rm_summary.json with heldout_accuracy,
    heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}). With
-   `experiment.rm_corpus="offline"` steps 2-3 use the offline corpus instead (`rm_corpus`,
-   DIR/static_rm/corpus_manifest.json). `experiment.rm_min_accuracy` / `rm_min_auc` gate the
-   static RM: below either, the driver stops before any RL run (`competence_gate`).
-4. Every arm x seed (`expected_runs`; the `random` arm on the first `experiment.random_seeds`): `coop-train` from the SFT policy; RM arms start from the static RM ->
+   `experiment.rm_corpus="offline"` the triples of step 2 are the offline corpus instead
+   (`rm_corpus`: its own train / held-out split, DIR/static_rm/corpus_manifest.json). `experiment.rm_min_accuracy` / `rm_min_auc` gate the
+   static RM: below either, the driver stops before any RL run (`competence_gate`). The
+   corpus's character SFT generators (`experiment.corpus_sft_policies`) are saved under
+   DIR/static_rm/sft_generator_<i>.
+4. Every arm x seed (`expected_runs`; the `random` arm on the first `experiment.random_seeds`):
+   `coop-train` from the SFT policy; RM arms start from the static RM ->
    DIR/runs/<arm>_s<seed>. Arms differ only in reward source and Cooper's negative strategy.
    Each finished run's summary.json and metrics.jsonl are kept in
    `experiment.results_dir`/runs/<arm>_s<seed> (committed as the run ends with --commit); a
@@ -153,8 +156,18 @@ def static_rm_data(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     if all(os.path.exists(p) for p in paths):
         return paths
     records = train.load_records(config).train[:e.rm_questions]
+    specs = rm_corpus.parse_sft_policies(e.get("corpus_sft_policies", ""))
+    policies, policy_records, start = [], [], None
+    if specs:
+        start = {"settings": rm_corpus.digest(rm_corpus.sft_settings(config, config.seed)),
+                 "params": rm_corpus.params_digest(hf.load(policy_dir).params)}
+        policy_records = records[:e.get("corpus_sft_questions", 0) or len(records)]
+        policies = rm_corpus.sft_generators(
+            config, policy_records, specs, start=start, out_dir=out_dir,
+            samples_per_question=e.get("corpus_sft_samples", 0) or e.samples_per_question)
     return rm_corpus.build_corpus(records, out_dir, start_policy=f"policy:{policy_dir}",
-                                  heldout_fraction=e.heldout_fraction, seed=config.seed)
+                                  heldout_fraction=e.heldout_fraction, seed=config.seed,
+                                  policies=policies, policy_records=policy_records, start=start)
 
 
 def heldout_by_kind(rm_dir: str, heldout: list[dict], fmt: RMInputFormat) -> dict:
