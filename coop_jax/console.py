@@ -284,3 +284,6 @@ def run_console(main: Callable[[list[str]], Any], prog: str) -> None:
     except UsageError as e:
         print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # `coop-eval --help | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

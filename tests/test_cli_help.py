@@ -177,3 +177,12 @@ def test_other_errors_keep_their_traceback(monkeypatch, tmp_path):
     monkeypatch.setattr(train, "_log_with_times", lambda: None)
     with pytest.raises(ValueError, match="a bug"):
         train.main(["coop-train", f"--config={DEFAULT}", f"--workdir={tmp_path}"])
+
+
+def test_help_into_a_closed_pipe_is_quiet():
+    """`coop-eval --help | head -1`: the reader is gone before the help is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "coop_jax.eval.cli", "--help"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in err, err.decode()[-2000:]

@@ -42,7 +42,7 @@ def test_shellcheck(script):
 
 def test_tpu_pod_dry_run():
     out = run("tpu_pod.sh", *TPU_FLAGS, "--accelerator-type=v5litepod-16", "--spot", "--dry-run",
-              "--", "--config.rl.num_steps=10")
+              "--", "--config.train.steps=10")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[0] == ("gcloud compute tpus tpu-vm create coop-pod --project=my-proj "
@@ -55,7 +55,7 @@ def test_tpu_pod_dry_run():
     assert any("pip install -e" in line and ".[tpu]" in line for line in ssh)
     train = ssh[-1]
     assert ("coop-train --config=configs/default.py --workdir=gs://bucket/run1 "
-            "--config.rl.num_steps=10 --config.mesh.distributed=True") in train
+            "--config.train.steps=10 --config.mesh.distributed=True") in train
     assert "delete" not in out.stdout
 
 
@@ -92,7 +92,7 @@ def test_tpu_pod_rejects_bad_values():
 
 def test_gpu_slurm_dry_run_per_host():
     out = run("gpu_slurm.sh", "--config=configs/default.py", "--workdir=/shared/run",
-              "--nodes=4", "--dry-run", "--", "--config.rl.num_steps=5")
+              "--nodes=4", "--dry-run", "--", "--config.train.steps=5")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "export JAX_COORDINATOR_ADDRESS=" in text and ":20000" in text
@@ -101,7 +101,7 @@ def test_gpu_slurm_dry_run_per_host():
     assert text.strip().splitlines()[-1] == (
         "srun --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 --label coop-train "
         "--config=configs/default.py --workdir=/shared/run --config.mesh.distributed=True "
-        "--config.rl.num_steps=5")
+        "--config.train.steps=5")
 
 
 def test_gpu_slurm_dry_run_per_gpu():

@@ -8,7 +8,7 @@ readers of :mod:`coop_jax.data.sources`. Every example has string features ``id,
 reference, solution, rephrased`` ("" where a record has None); :func:`example_to_record` maps a
 numpy example back to a record.
 
-    builder = CoopGsm8k(data_dir="/tmp/tfds", source_dir="../shared/data/gsm8k")
+    builder = CoopGsm8k(data_dir="/tmp/tfds", source_dir="data/gsm8k")
     builder.download_and_prepare()
     ds = builder.as_dataset(split="test")
     # or: tfds.load("coop_gsm8k", data_dir=..., builder_kwargs={"source_dir": ...})

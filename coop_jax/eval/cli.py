@@ -1,6 +1,6 @@
 """`coop-eval`: evaluate a policy (greedy / avg@k / pass@k) or a reward model (accuracy / AUC).
 
-    coop-eval (--checkpoint=WORKDIR | --hf=HF_DIR) --dataset=gsm8k --data_dir=../shared/data \
+    coop-eval (--checkpoint=WORKDIR | --hf=HF_DIR) --dataset=gsm8k [--data_dir=DATA_DIR] \
         [--config=CONFIG.py --config.x=y] [--split=test] [--num_examples=N] [--k=8] \
         [--temperature=0.7] [--top_p=0.95] [--no-greedy] --out=OUT
     coop-eval (--checkpoint=WORKDIR | --hf=RM_DIR) --rm_triples=TRIPLES.jsonl --out=OUT
@@ -10,6 +10,7 @@ the config (`data.max_prompt_len`, `rollout.max_new_tokens`, `data.prompt_templa
 `verifier.*`, `eval.batch_size`, `cooper.max_len`) unless a flag overrides them. An RM's
 inputs follow its checkpoint's `reward_model.question_format` / `truncation_side` and
 `data.prompt_template` (RMs saved before those options existed: raw questions, tail kept).
+With no --data_dir, gsm8k / math500 / math come from the Hugging Face Hub (pinned, cached).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Every setting is in the config's `rm_train` section (`--config.rm_train.x=y`;
 
     coop-train-rm --config.rm_train.mode=build_triples \
         (--config.rm_train.policy_checkpoint=DIR | --config.rm_train.policy_hf=PATH) \
-        --config.rm_train.dataset=gsm8k --config.rm_train.data_dir=../shared/data \
+        --config.rm_train.dataset=gsm8k --config.rm_train.data_dir=DATA_DIR \
         [--config.rm_train.samples_per_question=4 --config.rm_train.heldout_fraction=0.1 \
          --config.rm_train.heldout_out=HELD.jsonl --config.rm_train.judge_url=URL \
          --config.rm_train.judge_model=NAME] --config.rm_train.out=TRIPLES.jsonl
