@@ -146,7 +146,7 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     os.makedirs(out, exist_ok=True)
     train_cmd = [sys.executable, "-m", "coop_jax.train", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
-                 f"--config.cooper.heldout_triples={os.path.abspath(triples)}",
+                 f"--config.cooper.heldout_triples={triples}",
                  *arm_overrides(arm), *f.override]
     train_s = _sh(_timed(train_cmd), work + ".train.log")
     eval_s = _sh(_eval_cmd([f"--checkpoint={work}"], f, work + "_eval"), work + ".eval.log")
