@@ -685,10 +685,6 @@ def test_launcher_help_commands(path):
     _fail(check_launcher_help(path))
 
 
-# Results another run is producing; linked from the docs before they land.
-PENDING_RESULTS = {"docs/results/real_model/report.md"}
-
-
 def heading_anchors(path: pathlib.Path) -> set[str]:
     """GitHub's anchors of a Markdown file's headings."""
     text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
@@ -708,8 +704,7 @@ def test_doc_links(name):
         file, _, anchor = target.partition("#")
         path = ((ROOT / name).parent / file).resolve() if file else ROOT / name
         if not path.exists():
-            if str(path.relative_to(ROOT)) not in PENDING_RESULTS:
-                problems.append(f"{name}: link to {target!r}: no such file")
+            problems.append(f"{name}: link to {target!r}: no such file")
         elif anchor and path.suffix == ".md" and anchor not in heading_anchors(path):
             problems.append(f"{name}: link to {target!r}: no such heading in {file or name}")
     _fail(problems)
