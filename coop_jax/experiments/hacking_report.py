@@ -446,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         parser.error(f"no run folders (with a summary.json) in {args.runs}")
     expected = None
     if args.config:
-        from coop_jax.experiments.reward_hacking import expected_runs
+        from coop_jax.experiments.arms import expected_runs
         expected = expected_runs(_load_config(args.config))
     return write_hacking_report(run_dirs, args.out, rm_dir=args.rm_dir, expected=expected,
                                 command="python -m coop_jax.experiments.hacking_report "

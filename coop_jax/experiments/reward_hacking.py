@@ -43,6 +43,7 @@ from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.experiments import hack_probes, rm_corpus, run_store
+from coop_jax.experiments.arms import ARMS, _methods, _seeds, expected_runs  # noqa: F401
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm_scoring import evaluate_reward_model
@@ -50,21 +51,6 @@ from coop_jax.verify import RuleVerifier
 
 log = logging.getLogger("coop_jax")
 
-# arm -> (reward.type, cooper.negative); everything else is shared by all arms.
-ARMS = {
-    "rule": ("rule", None),
-    "static_rm": ("static_rm", None),
-    "cooper_rollout": ("cooper", "rollout"),
-    "cooper_consistent_wrong": ("cooper", "consistent_wrong"),
-    "cooper_perturb": ("cooper", "perturb"),
-    # Not in configs/toy_hacking.py's default methods: the real LLM rewrite path with
-    # SmolLM2-135M-Instruct as the assistant (`cooper.assistant_hf_path`), run for its keep rate
-    # and cost per step.
-    "cooper_rewrite": ("cooper", "rewrite"),
-    # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
-    # "random"), for how much of an arm's gain has nothing to do with its reward.
-    "random": ("random", None),
-}
 
 
 def sft_policy(config, out_dir: str) -> str:
@@ -235,33 +221,6 @@ def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldou
         c.cooper.rm_checkpoint = rm_dir
         c.cooper.heldout_triples = heldout
     return c
-
-
-def _seeds(value) -> list[int]:
-    """`--config.experiment.seeds=0` arrives as an int, `=0,2` or `=(0, 2)` as a tuple or text."""
-    if isinstance(value, (int, np.integer)):
-        return [int(value)]
-    if isinstance(value, str):
-        return [int(s) for s in value.replace("(", "").replace(")", "").split(",") if s.strip()]
-    return [int(s) for s in value]
-
-
-def _methods(value) -> list[str]:
-    names = [value] if isinstance(value, str) else list(value)
-    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
-    for n in names:
-        if n not in ARMS:
-            raise ValueError(f"config.experiment.methods: unknown arm {n!r}; one of {list(ARMS)}")
-    return names
-
-
-def expected_runs(config) -> dict[str, list[int]]:
-    """arm -> the seeds the experiment runs it on: `experiment.methods` x `experiment.seeds`,
-    the `random` arm only on the first `experiment.random_seeds` of them (0 or unset: all)."""
-    e = config.experiment
-    seeds, n_random = _seeds(e.seeds), int(e.get("random_seeds", 0) or 0)
-    return {arm: seeds[:n_random] if arm == "random" and n_random else seeds
-            for arm in _methods(e.methods)}
 
 
 class IncompetentRM(RuntimeError):

@@ -1,0 +1,48 @@
+"""The reward-hacking experiment's arms and which runs it expects (shared by the driver and its
+report, so neither imports the other for them)."""
+from __future__ import annotations
+
+import numpy as np
+
+# arm -> (reward.type, cooper.negative); everything else is shared by all arms.
+ARMS = {
+    "rule": ("rule", None),
+    "static_rm": ("static_rm", None),
+    "cooper_rollout": ("cooper", "rollout"),
+    "cooper_consistent_wrong": ("cooper", "consistent_wrong"),
+    "cooper_perturb": ("cooper", "perturb"),
+    # Not in configs/toy_hacking.py's default methods: the real LLM rewrite path with
+    # SmolLM2-135M-Instruct as the assistant (`cooper.assistant_hf_path`), run for its keep rate
+    # and cost per step.
+    "cooper_rewrite": ("cooper", "rewrite"),
+    # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
+    # "random"), for how much of an arm's gain has nothing to do with its reward.
+    "random": ("random", None),
+}
+
+
+def _seeds(value) -> list[int]:
+    """`--config.experiment.seeds=0` arrives as an int, `=0,2` or `=(0, 2)` as a tuple or text."""
+    if isinstance(value, (int, np.integer)):
+        return [int(value)]
+    if isinstance(value, str):
+        return [int(s) for s in value.replace("(", "").replace(")", "").split(",") if s.strip()]
+    return [int(s) for s in value]
+
+
+def _methods(value) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
+    for n in names:
+        if n not in ARMS:
+            raise ValueError(f"config.experiment.methods: unknown arm {n!r}; one of {list(ARMS)}")
+    return names
+
+
+def expected_runs(config) -> dict[str, list[int]]:
+    """arm -> the seeds the experiment runs it on: `experiment.methods` x `experiment.seeds`,
+    the `random` arm only on the first `experiment.random_seeds` of them (0 or unset: all)."""
+    e = config.experiment
+    seeds, n_random = _seeds(e.seeds), int(e.get("random_seeds", 0) or 0)
+    return {arm: seeds[:n_random] if arm == "random" and n_random else seeds
+            for arm in _methods(e.methods)}
