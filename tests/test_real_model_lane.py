@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from absl.app import UsageError
 
 from coop_jax.experiments import real_model, real_model_report
 
@@ -82,7 +83,7 @@ def test_report_over_finished_runs(tmp_path):
 
 
 def test_runs_must_name_an_arm_and_a_seed(tmp_path):
-    with pytest.raises(Exception, match="--runs"):
+    with pytest.raises(UsageError, match="--runs"):
         real_model.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
 
 

@@ -28,6 +28,7 @@ import sys
 import time
 
 from absl import flags
+from absl.app import UsageError
 
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import SyntheticConfig, load_split
@@ -182,8 +183,8 @@ def main(argv: list[str]) -> None:
     f = parse_flags(_define, argv)
     for name in f.runs:
         if not RUN_RE.match(name) or RUN_RE.match(name).group(1) not in ARMS:
-            raise flags.ValidationError(f"--runs: {name!r} is not <arm>_s<seed> with arm in "
-                                        f"{list(ARMS)}")
+            raise UsageError(f"--runs: {name!r} is not <arm>_s<seed> with arm in "
+                             f"{list(ARMS)}")
     triples = base_eval(f)
     if f.commit:
         _commit([os.path.join(f.results, "base_eval")], "real-model lane: start-policy eval")
