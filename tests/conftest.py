@@ -58,6 +58,20 @@ def pytest_report_header(config):
             "(set COOP_JAX_DATA_DIR or put the data in ../shared/data)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that share a module-scoped fixture on one xdist worker: under plain
+    `--dist load` each worker would build the fixture again (a converted real model, a trained
+    RM, a training run)."""
+    for item in items:
+        fixture_defs = getattr(item, "_fixtureinfo", None)
+        if fixture_defs is None:
+            continue
+        scopes = {d.scope for defs in fixture_defs.name2fixturedefs.values() for d in defs}
+        if "module" in scopes:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(pytest_report_header(None))
 

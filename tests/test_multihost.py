@@ -22,6 +22,10 @@ from coop_jax.launch.local import launch
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs" / "tiny_test.py")
 VOLATILE = ("time/", "tokens_per_second")
+# The surrogate of zero-mean advantages at ratio ~1 is a cancellation (|pg_loss| ~ 5e-5 on the
+# first Cooper steps): its value follows the last bits of the log-probabilities, which differ
+# between 1 x 8 and 2 x 4 devices (measured: -6.7e-5 vs -4.4e-5), so only an absolute bound.
+NEAR_ZERO = {"pg_loss": 1e-4}
 
 
 def _env(tmp_path) -> dict:
@@ -57,16 +61,19 @@ def _assert_same_metrics(a: list[dict], b: list[dict], rel: float = 1e-3) -> Non
         kb = {k: v for k, v in rb.items() if not k.startswith(VOLATILE)}
         assert ka.keys() == kb.keys(), (ra["step"], set(ka) ^ set(kb))
         for k in ka:
-            assert ka[k] == pytest.approx(kb[k], rel=rel, abs=1e-6), (ra["step"], k)
+            assert ka[k] == pytest.approx(kb[k], rel=rel, abs=NEAR_ZERO.get(k, 1e-6)), (
+                ra["step"], k)
 
 
 def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):
     env = _env(tmp_path)
     one, two = tmp_path / "one", tmp_path / "two"
     # an entropy bonus gives the untrained policy (never right: rule rewards all 0) a gradient;
-    # the run starts with an SFT warm start, each host tokenising its block of its batches
+    # the run starts with an SFT warm start, each host tokenising its block of its batches; the
+    # RL policy trains LoRA adapters (sharded like their base kernels), the base is the KL anchor
     overrides = ("--config.reward.type=rule", "--config.rl.entropy_coef=0.05",
-                 "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24")
+                 "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24",
+                 "--config.model.lora.rank=4")
     _one_process(_train_command(one, 3, *overrides), env)
     _two_processes(_train_command(two, 3, *overrides), env, capfd)
     rows = _rows(two)
@@ -76,6 +83,15 @@ def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):
     assert json.loads((two / "summary.json").read_text())["steps"] == 3
     assert sorted(p.name for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [
         "0", "2", "3"]
+    import jax
+
+    from coop_jax import checkpoint
+    from coop_jax.models import lora
+    ckpt = checkpoint.Checkpointer(str(two / "checkpoints"))
+    adapters = ckpt.load_item("policy_params", 3)
+    ckpt.close()
+    assert {p[-1].key for p, _ in jax.tree_util.tree_leaves_with_path(adapters)} <= set(
+        lora.ADAPTERS)
 
 
 def _children_of(workdir) -> list[int]:
@@ -98,38 +114,44 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
                                                                                   capfd):
     """Cooper with rollout.overlap: 2 x 4 devices log the metrics of 1 x 8. The step-2
     checkpoint holds the pending rollouts of step 2, global arrays written by both processes;
-    after kill -9 of both, the resumed run continues as the uninterrupted one."""
+    after kill -9 of both during step 4, the resumed run logs step 3 again as the killed run
+    logged it, and goes on as the 1-process run."""
     env = _env(tmp_path)
     overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True",
                  "--config.rl.entropy_coef=0.05")
-    one, full, killed = tmp_path / "one", tmp_path / "full", tmp_path / "killed"
+    one, killed = tmp_path / "one", tmp_path / "killed"
     _one_process(_train_command(one, 4, *overrides), env)
-    _two_processes(_train_command(full, 4, *overrides), env, capfd)
-    assert "pairs/valid" in _rows(full)[-1] and "rm_loss" in _rows(full)[-1]
-    _assert_same_metrics(_rows(one), _rows(full))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "coop_jax.launch.local", "--num_processes=2",
          "--devices_per_process=4", "--", *_train_command(killed, 4, *overrides)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 600
+    deadline, before_kill = time.time() + 600, None
     while time.time() < deadline:  # kill -9 both once step 3 ran (after the step-2 checkpoint)
-        if (killed / "metrics.jsonl").exists() and any(r["step"] == 3 for r in _rows(killed)):
-            children = _children_of(killed)
-            assert len(children) == 2, children
-            for pid in children:
-                os.kill(pid, signal.SIGKILL)
-            break
+        if (killed / "metrics.jsonl").exists():
+            rows = _rows(killed)
+            if any(r["step"] == 3 for r in rows):
+                before_kill = [r for r in rows if r["step"] <= 3]
+                children = _children_of(killed)
+                assert len(children) == 2, children
+                for pid in children:
+                    os.kill(pid, signal.SIGKILL)
+                break
         if launcher.poll() is not None:
             pytest.fail("training finished before it could be killed")
         time.sleep(0.05)
+    assert before_kill is not None, "step 3 was not logged in time"
     assert launcher.wait(timeout=120) != 0
     assert not (killed / "summary.json").exists()
+    assert "pairs/valid" in before_kill[-1] and "rm_loss" in before_kill[-1]
+    _assert_same_metrics(_rows(one)[:4], before_kill)
     _two_processes(_train_command(killed, 4, *overrides), env, capfd)
     from coop_jax import checkpoint
     ckpt = checkpoint.Checkpointer(str(killed / "checkpoints"))
     assert ckpt.read_meta(2)["pending_rollouts"] is True
     ckpt.close()
-    _assert_same_metrics(_rows(full), _rows(killed), rel=1e-5)
+    resumed = _rows(killed)
+    _assert_same_metrics(before_kill, resumed[:4], rel=1e-5)
+    _assert_same_metrics(_rows(one), resumed)
 
 
 def test_coop_eval_on_two_processes_gives_the_numbers_of_one(tmp_path, capfd):

@@ -93,3 +93,12 @@ def test_the_cooper_arm_starts_its_rm_from_smollm2():
                for o in overrides)
     assert "--config.reward_model.keep_layers=4" in overrides
     assert real_model.arm_overrides("rule") == []
+
+
+def test_run_logs_go_to_a_workdir_that_does_not_exist_yet(tmp_path):
+    """A fresh machine with committed results but no runs/ folder (the base evaluation, which
+    would create it, is skipped)."""
+    import sys
+    log = tmp_path / "runs" / "real_model" / "rule_s1.train.log"
+    assert real_model._sh([sys.executable, "-c", "print('step 1')"], str(log)) >= 0
+    assert log.read_text() == "step 1\n"

@@ -154,6 +154,10 @@ def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
     assert curve[1]["examples_seen"] == 16
     saved = json.loads((tmp_path / "rm" / "rm_summary.json").read_text())
     assert saved["heldout_by_kind"] == summary["heldout_by_kind"]
+    # trained again from the same files: the same RM, bit for bit (the rebuild check)
+    again = reward_hacking.static_rm(config, train_path, held_path, str(tmp_path / "rm2"))
+    assert again["digests"] == summary["digests"]
+    assert set(summary["digests"]) == {"train_triples", "heldout_triples", "rm_params"}
 
 
 def _tiny_config():

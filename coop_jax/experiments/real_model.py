@@ -65,6 +65,7 @@ def _define(fv: flags.FlagValues, argv: list[str]) -> None:
 def _sh(cmd: list[str], log_path: str) -> float:
     """Run `cmd` with its output appended to `log_path`; its wall seconds (a failure raises)."""
     t0 = time.time()
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)  # a fresh machine has no workdir
     with open(log_path, "a") as log:
         rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
     if rc:
@@ -180,7 +181,7 @@ def _commit(paths: list[str], message: str, tries: int = 5) -> None:
 
 
 def main(argv: list[str]) -> None:
-    f = parse_flags(_define, argv)
+    f = parse_flags(_define, argv, __doc__)
     for name in f.runs:
         if not RUN_RE.match(name) or RUN_RE.match(name).group(1) not in ARMS:
             raise UsageError(f"--runs: {name!r} is not <arm>_s<seed> with arm in "

@@ -14,8 +14,11 @@ one SFT policy and one static RM, several seeds.
    only (initial-policy samples) -> DIR/static_rm (rm_summary.json with heldout_accuracy,
    heldout_auc and per-kind accuracy; rm_learning_curve.{json,png}). With
    `experiment.rm_corpus="offline"` the triples of step 2 are the offline corpus instead
-   (`rm_corpus`: its own train / held-out split, DIR/static_rm/corpus_manifest.json). `experiment.rm_min_accuracy` / `rm_min_auc` gate the
-   static RM: below either, the driver stops before any RL run (`competence_gate`). The
+   (`rm_corpus`: its own train / held-out split, DIR/static_rm/corpus_manifest.json).
+   `experiment.rm_min_accuracy` / `rm_min_auc` gate the static RM: below either, the driver
+   stops before any RL run (`competence_gate`); the RM's summary (with the digests of its
+   triples and parameters), manifest and learning curve are kept in
+   `experiment.results_dir`/plan/static_rm first, so a failed gate is on record too. The
    corpus's character SFT generators (`experiment.corpus_sft_policies`) are saved under
    DIR/static_rm/sft_generator_<i>.
 4. Every arm x seed (`expected_runs`; the `random` arm on the first `experiment.random_seeds`):
@@ -27,7 +30,8 @@ one SFT policy and one static RM, several seeds.
    With `experiment.probe_questions`, every run also scores the hack probes of that many
    held-out questions (DIR/probes.jsonl, `hack_probes`) every `probes.every` steps.
 5. DIR/report.md, report.json and the figures (hacking_report.py, with the pre-registered
-   analysis of hacking_analysis.py).
+   analysis of hacking_analysis.py), merged into `experiment.results_dir`/report.md below the
+   plan, the figures in its plan/ folder (results_page.py).
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ import numpy as np
 from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
-from coop_jax.experiments import hack_probes, rm_corpus, run_store
+from coop_jax.experiments import hack_probes, results_page, rm_corpus, run_store
 from coop_jax.experiments.arms import ARMS, _methods, _seeds, expected_runs  # noqa: F401
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
@@ -168,6 +172,13 @@ def heldout_by_kind(rm_dir: str, heldout: list[dict], fmt: RMInputFormat) -> dic
     return {k: {"n": len(v), "accuracy": float(np.mean(v))} for k, v in sorted(out.items())}
 
 
+def file_digest(path: str) -> str:
+    """A short sha256 of a file's bytes."""
+    import hashlib
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()[:16]
+
+
 def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     """Train the static RM on the initial-policy triples; its summary (also rm_summary.json)."""
     summary_path = os.path.join(out_dir, "rm_summary.json")
@@ -181,6 +192,11 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     summary["cpu_seconds"] = time.process_time() - cpu
     summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout,
                                                  rm_train.input_format(config))
+    # a rebuild (a later session, a clean clone) is the same static RM when these agree
+    summary["digests"] = {"train_triples": file_digest(train_path),
+                          "heldout_triples": file_digest(heldout_path),
+                          "rm_params": rm_corpus.params_digest(
+                              checkpoint.load_model(out_dir, "rm")[1])}
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import plot_rm_learning_curve
@@ -266,18 +282,23 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
+    results_dir = e.get("results_dir", "")
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
-        competence_gate(static_rm(config, train_path, heldout_path, rm_dir),
-                        e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
+        rm_summary = static_rm(config, train_path, heldout_path, rm_dir)
+        if results_dir:  # kept before the gate, so a failed gate is on record too
+            results_page.keep_static_rm(rm_dir, results_dir, commit)
+        competence_gate(rm_summary, e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
     run_dirs = run_store.run_all(
         [(arm, seed) for arm, seeds in expected.items() for seed in seeds],
         arm_runner(config, policy_dir, rm_dir, heldout_path,
                    probe_set(config, os.path.join(workdir, "probes.jsonl"))), workdir=workdir,
-        settings=run_store.fingerprint(config), results_dir=e.get("results_dir", ""),
-        commit=commit)
+        settings=run_store.fingerprint(config), results_dir=results_dir, commit=commit)
     from coop_jax.experiments.hacking_report import write_hacking_report
-    return write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
-                                expected=expected, command=command)
+    report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
+                                  expected=expected, command=command)
+    if results_dir:
+        results_page.publish(workdir, results_dir, commit)
+    return report
 
 
 def run() -> None:

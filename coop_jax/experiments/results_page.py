@@ -1,0 +1,88 @@
+"""The reward-hacking experiment's committed results page: the static RM's files as soon as it
+is trained (a failed competence gate included), and the report of the kept runs merged into
+`<results_dir>/report.md` below the pre-registered plan, with its figures.
+
+The plan above the merged section, and the earlier experiment below it, are left as they are; a
+later merge replaces only the section between the markers, so the page can be rewritten after
+every session of a multi-session experiment.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from coop_jax.experiments.run_store import git_commit
+
+BEGIN = ("<!-- results of the plan: written by coop_jax.experiments.reward_hacking "
+         "(results_page.py); edits here are overwritten -->")
+END = "<!-- end of the results of the plan -->"
+PLAN_FOLDER = "plan"  # <results_dir>/plan/: the section's figures, report.json, static_rm/
+FIGURES = ("curves.png", "onpolicy_rm.png", "gold_proxy_vs_kl.png")
+STATIC_RM_FILES = ("rm_summary.json", "corpus_manifest.json", "rm_learning_curve.json",
+                   "rm_learning_curve.png")
+
+
+def _copy(src_dir: str, names: tuple[str, ...], dest: str) -> list[str]:
+    os.makedirs(dest, exist_ok=True)
+    copied = [n for n in names if os.path.exists(os.path.join(src_dir, n))]
+    for name in copied:
+        shutil.copyfile(os.path.join(src_dir, name), os.path.join(dest, name))
+    return copied
+
+
+def keep_static_rm(rm_dir: str, results_dir: str, commit: bool) -> str:
+    """Copy the static RM's summary, corpus manifest and learning curve to
+    `<results_dir>/plan/static_rm/` (committed when `commit`); that folder."""
+    dest = os.path.join(results_dir, PLAN_FOLDER, "static_rm")
+    _copy(rm_dir, STATIC_RM_FILES, dest)
+    if commit:
+        git_commit(dest, "reward-hacking plan: the static RM's corpus manifest and competence")
+    return dest
+
+
+def as_section(report_md: str, figure_prefix: str) -> str:
+    """The generated report as a section of the page: headings one level down, and links to
+    its figures pointing into `figure_prefix`."""
+    lines = []
+    for line in report_md.splitlines():
+        if line.startswith("#"):
+            line = "#" + line
+            line = line.replace("## Reward-hacking experiment", "## Results of the plan", 1)
+        lines.append(line)
+    section = "\n".join(lines)
+    for name in FIGURES:
+        section = section.replace(f"]({name})", f"]({figure_prefix}/{name})")
+    return section
+
+
+def merge_below_plan(page: str, section: str) -> str:
+    """`page` with `section` between the markers: in their place when present, otherwise
+    before the first horizontal rule (the plan ends there; the earlier experiment follows)."""
+    block = f"{BEGIN}\n\n{section.strip()}\n\n{END}\n"
+    if BEGIN in page:
+        head, rest = page.split(BEGIN, 1)
+        if END not in rest:
+            raise ValueError("the results page has the start marker of the plan's results but "
+                             "not the end marker; restore it before merging")
+        return head + block + rest.split(END, 1)[1]
+    rule = re.search(r"^---\s*$", page, flags=re.MULTILINE)
+    if rule is None:
+        return page.rstrip("\n") + "\n\n" + block
+    return page[:rule.start()] + block + "\n" + page[rule.start():]
+
+
+def publish(workdir: str, results_dir: str, commit: bool) -> str:
+    """Merge `<workdir>/report.md` into `<results_dir>/report.md` and copy its figures and
+    report.json to `<results_dir>/plan/` (committed when `commit`); the page's path."""
+    dest = os.path.join(results_dir, PLAN_FOLDER)
+    _copy(workdir, FIGURES + ("report.json",), dest)
+    with open(os.path.join(workdir, "report.md")) as fh:
+        section = as_section(fh.read(), PLAN_FOLDER)
+    page_path = os.path.join(results_dir, "report.md")
+    page = open(page_path).read() if os.path.exists(page_path) else ""
+    with open(page_path, "w") as fh:
+        fh.write(merge_below_plan(page, section))
+    if commit:
+        git_commit(results_dir, "reward-hacking plan: the report of the kept runs")
+    return page_path
