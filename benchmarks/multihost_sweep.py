@@ -2,7 +2,8 @@
 devices against 1 process x 8 devices, same config and mesh: the largest relative difference of
 any logged metric (time and throughput excluded), and whether both runs finished.
 
-    python benchmarks/multihost_sweep.py --out docs/results/multihost/sweep.md [--steps 3]
+    python benchmarks/multihost_sweep.py --out docs/results/multihost/sweep.md [--steps 3] \
+        [--only=ARM,ARM]
 """
 from __future__ import annotations
 
@@ -42,7 +43,14 @@ def warm_policy(tmp: pathlib.Path, env: dict) -> str:
     return str(out)
 
 
-def arms(assistant: str, policy: str) -> dict[str, list[str]]:
+def probe_file(tmp: pathlib.Path) -> str:
+    """The hack probes (experiments/hack_probes.py) of 4 synthetic questions."""
+    from coop_jax.data import make_dataset
+    from coop_jax.experiments.hack_probes import build_probes, write_probes
+    return write_probes(str(tmp / "probes.jsonl"), build_probes(make_dataset(4, seed=0)))
+
+
+def arms(assistant: str, policy: str, probes: str) -> dict[str, list[str]]:
     c = "--config."
     base = [c + "rl.entropy_coef=0.05"]  # a gradient for the never-right tiny policy
     # Cooper arms start from the warm policy: the random one has no positive, hence no pair
@@ -59,6 +67,16 @@ def arms(assistant: str, policy: str) -> dict[str, list[str]]:
     out["cooper/rewrite (local assistant)"] = base + warm + [
         c + "reward.type=cooper", c + "cooper.negative=rewrite",
         c + f"cooper.assistant_hf_path={assistant}"]
+    out["random (calibration)"] = base + [c + "reward.type=random"]
+    out["rule + LoRA + KL to start"] = base + [c + "model.lora.rank=4",
+                                               c + "rl.log_kl_to_start=True"]
+    # the reward-hacking plan's diagnostics: strict numeric gold, probes, KL to the start policy
+    out["static_rm + probes + strict gold"] = base + [
+        c + "reward.type=static_rm", c + "verifier.extraction=strict_numeric",
+        c + f"probes.triples={probes}", c + "probes.every=1", c + "rl.log_kl_to_start=True"]
+    out["cooper/rollout + LoRA (policy and RM)"] = base + warm + [
+        c + "reward.type=cooper", c + "cooper.negative=rollout", c + "model.lora.rank=4",
+        c + "reward_model.lora.rank=4"]
     out["rule + rollout.overlap"] = base + [c + "rollout.overlap=True"]
     out["cooper + rollout.overlap"] = base + warm + [c + "reward.type=cooper",
                                                      c + "rollout.overlap=True"]
@@ -93,6 +111,8 @@ def main() -> None:
     parser.add_argument("--workdir", default=None,
                         help="runs folder (default: a new temporary one); a run that finished "
                              "there (summary.json) is not run again")
+    parser.add_argument("--only", default="",
+                        help="comma-separated arm names to run (default: every arm)")
     args = parser.parse_args()
     from conftest import save_tiny_hf_causal_lm
     tmp = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="multihost_sweep_"))
@@ -105,7 +125,13 @@ def main() -> None:
     one_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
     policy = warm_policy(tmp, one_env)
     rows = []
-    for name, overrides in arms(assistant, policy).items():
+    chosen = arms(assistant, policy, probe_file(tmp))
+    if args.only:
+        unknown = set(args.only.split(",")) - set(chosen)
+        if unknown:
+            parser.error(f"--only: no arm {sorted(unknown)}; the arms: {list(chosen)}")
+        chosen = {n: o for n, o in chosen.items() if n in args.only.split(",")}
+    for name, overrides in chosen.items():
         runs = {}
         for layout in ("1x8", "2x4"):
             workdir = tmp / name.replace("/", "_").replace(" ", "_") / layout
@@ -141,7 +167,8 @@ def main() -> None:
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.out).write_text(
         f"# Multi-host sweep: {args.steps} steps of configs/tiny_test.py, mesh (2, 1, 4)\n\n"
-        f"`python benchmarks/multihost_sweep.py --out {args.out} --steps {args.steps}`\n\n"
+        f"`python benchmarks/multihost_sweep.py --out {args.out} --steps {args.steps}"
+        + (f" --only='{args.only}'" if args.only else "") + "`\n\n"
         + "\n".join(lines) + "\n")
 
 
