@@ -68,7 +68,8 @@ def cooper_diagnostics(metrics: list[dict]) -> dict:
         out["steps_with_pairs"] = f"{sum(v > 0 for v in valid)}/{len(valid)}"
         out["mean_pairs_per_step"] = float(np.mean(valid))
     for key in COOPER_METRICS[1:]:
-        series = [(m["step"], m[key]) for m in metrics if key in m and np.isfinite(m[key])]
+        series = [(m["step"], m[key]) for m in metrics
+                  if isinstance(m.get(key), (int, float)) and np.isfinite(m[key])]
         if series:
             out[key] = {"first": series[0][1], "last": series[-1][1],
                         "mean": float(np.mean([v for _, v in series])), "n": len(series)}
