@@ -160,9 +160,10 @@ def static_rm_data(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
                                   policies=policies, policy_records=policy_records, start=start)
 
 
-def heldout_by_kind(rm_dir: str, heldout: list[dict], fmt: RMInputFormat) -> dict:
-    """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...)."""
-    cfg, params, meta = checkpoint.load_model(rm_dir, "rm")
+def heldout_by_kind(rm: tuple, heldout: list[dict], fmt: RMInputFormat) -> dict:
+    """The RM's accuracy on each kind of held-out triple (correct, final_mismatch, ...); `rm` is
+    `checkpoint.load_model(rm_dir, "rm")`."""
+    cfg, params, meta = rm
     tokenizer = load_tokenizer(meta.get("rm_tokenizer") or None)
     _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, fmt=fmt)
     out: dict[str, dict] = {}
@@ -190,13 +191,12 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     summary = rm_train.train_reward_model(config, read_triples(train_path), out_dir,
                                           heldout_triples=heldout)
     summary["cpu_seconds"] = time.process_time() - cpu
-    summary["heldout_by_kind"] = heldout_by_kind(out_dir, heldout,
-                                                 rm_train.input_format(config))
+    rm = checkpoint.load_model(out_dir, "rm")
+    summary["heldout_by_kind"] = heldout_by_kind(rm, heldout, rm_train.input_format(config))
     # a rebuild (a later session, a clean clone) is the same static RM when these agree
     summary["digests"] = {"train_triples": file_digest(train_path),
                           "heldout_triples": file_digest(heldout_path),
-                          "rm_params": rm_corpus.params_digest(
-                              checkpoint.load_model(out_dir, "rm")[1])}
+                          "rm_params": rm_corpus.params_digest(rm[1])}
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     from coop_jax.experiments.hacking_report import plot_rm_learning_curve
