@@ -64,6 +64,10 @@ def get_config():
         # sampled corpus_sft_samples times on the first corpus_sft_questions corpus questions.
         corpus_sft_policies="seed=1; seed=2,corrupt=0.2; seed=3,corrupt=0.9,steps=150",
         corpus_sft_questions=400, corpus_sft_samples=4,
+        # the plan's headroom check, on the rule arm alone before the corpus, the RM and any RM
+        # arm: rule seed 0's final strict held-out accuracy >= this stops the driver (the plan
+        # then moves every arm to setting B, run with 0 here); 0 = no check
+        headroom_max_accuracy=0.90,
         # the competence gate of the static RM on its corpus's own held-out split: below either,
         # the driver stops before any RL run
         rm_min_accuracy=0.90, rm_min_auc=0.95,

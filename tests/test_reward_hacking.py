@@ -317,17 +317,108 @@ def test_competence_gate_stops_before_any_run():
         reward_hacking.competence_gate(good | {"heldout_auc": None}, 0.90, 0.95)
 
 
-def test_driver_stops_at_the_gate_before_any_run(tmp_path, monkeypatch):
-    config = reward_hacking_config()
-    monkeypatch.setattr(reward_hacking, "sft_policy", lambda c, d: d)
-    monkeypatch.setattr(reward_hacking, "static_rm_data", lambda c, p, d: ("t.jsonl", "h.jsonl"))
-    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: {
-        "heldout_accuracy": 0.8, "heldout_auc": 0.97, "num_heldout": 50})
+def _fake_store(monkeypatch, rule_accuracy: float) -> list:
+    """run_store.run_all that only records the runs asked for (each kept with a summary)."""
     ran = []
-    monkeypatch.setattr(reward_hacking.run_store, "run_all", lambda *a, **k: ran.append(a))
-    with pytest.raises(reward_hacking.IncompetentRM, match="before any RL run"):
+
+    def run_all(runs, run_fn, *, workdir, **kw):
+        dirs = []
+        for arm, seed in runs:
+            ran.append((arm, seed))
+            d = os.path.join(workdir, "runs", f"{arm}_s{seed}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "summary.json"), "w") as fh:
+                json.dump({"seed": seed, "final_accuracy": 0.1,
+                           "final_accuracy_strict": rule_accuracy}, fh)
+            dirs.append(d)
+        return dirs
+    monkeypatch.setattr(reward_hacking.run_store, "run_all", run_all)
+    return ran
+
+
+def _fake_stages(monkeypatch, rm_accuracy: float) -> list:
+    built = []
+    monkeypatch.setattr(reward_hacking, "sft_policy", lambda c, d: d)
+    monkeypatch.setattr(reward_hacking, "probe_set", lambda c, p: "")
+    monkeypatch.setattr(reward_hacking, "static_rm_data",
+                        lambda c, p, d: built.append("corpus") or ("t.jsonl", "h.jsonl"))
+    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: built.append("rm") or {
+        "heldout_accuracy": rm_accuracy, "heldout_auc": 0.97, "num_heldout": 50})
+    return built
+
+
+def test_driver_stops_at_the_gate_before_any_rm_arm(tmp_path, monkeypatch):
+    """Only the headroom check's rule run comes before the competence gate."""
+    config = reward_hacking_config()
+    config.experiment.results_dir = ""
+    built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.5)
+    with pytest.raises(reward_hacking.IncompetentRM, match="before any run of an RM arm"):
         reward_hacking.main(config, str(tmp_path))
-    assert ran == []
+    assert ran == [("rule", 0)] and built == ["corpus", "rm"]
+
+
+def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
+    """The plan's step 2: rule seed 0 at or above experiment.headroom_max_accuracy stops the
+    driver before the corpus, the RM and every other run, with the decision kept; below it the
+    rest runs seed by seed."""
+    config = reward_hacking_config()
+    results = tmp_path / "results"
+    config.experiment.results_dir = str(results)
+    built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.93)
+    with pytest.raises(reward_hacking.NoHeadroom, match="0.930 >= .*headroom_max_accuracy 0.9"):
+        reward_hacking.main(config, str(tmp_path / "w1"))
+    assert ran == [("rule", 0)] and built == []
+    decision = json.loads((results / "plan" / "headroom.json").read_text())
+    assert decision["final_accuracy"] == 0.93 and decision["strict_gold"]
+    assert decision["choice"].startswith("no headroom")
+
+    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: {
+        "heldout_accuracy": 0.99, "heldout_auc": 0.99, "num_heldout": 50})
+    monkeypatch.setattr("coop_jax.experiments.hacking_report.write_hacking_report",
+                        lambda dirs, workdir, **kw: {"runs": dirs})
+    monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
+    ran = _fake_store(monkeypatch, 0.6)
+    config.experiment.update(seeds="0,1", random_seeds=1)
+    report = reward_hacking.main(config, str(tmp_path / "w2"))
+    arms = ["rule", "static_rm", "cooper_rollout", "cooper_consistent_wrong", "random"]
+    assert ran == [(a, 0) for a in arms] + [(a, 1) for a in arms[:-1]]
+    assert len(report["runs"]) == len(ran)
+    assert json.loads((results / "plan" / "headroom.json").read_text())["choice"].startswith(
+        "headroom")
+
+
+def test_run_order_is_seed_by_seed():
+    expected = {"rule": [0, 1, 2], "static_rm": [0, 1, 2], "random": [0, 1]}
+    assert reward_hacking.run_order(expected) == [
+        ("rule", 0), ("static_rm", 0), ("random", 0), ("rule", 1), ("static_rm", 1),
+        ("random", 1), ("rule", 2), ("static_rm", 2)]
+
+
+def test_commit_refuses_an_ignored_results_dir_before_any_work(tmp_path, monkeypatch):
+    """A .gitignore rule over the results folder (`runs/` matched the kept runs'
+    docs/results/reward_hacking/runs/) is an error at start, naming the rule; the repository's
+    own results folder is committable."""
+    from coop_jax.experiments import run_store
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / ".gitignore").write_text("runs/\n")
+    with pytest.raises(ValueError, match=r"results_dir .*git ignores its files "
+                                         r"\(.gitignore:1:runs/\)"):
+        run_store.ensure_committable(str(repo / "results"))
+    (repo / ".gitignore").write_text("/runs/\n")
+    run_store.ensure_committable(str(repo / "results"))
+    with pytest.raises(ValueError, match="not in a git work tree"):
+        run_store.ensure_committable(str(tmp_path / "elsewhere"))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run_store.ensure_committable(os.path.join(root, reward_hacking_config().experiment.results_dir))
+    calls = []
+    monkeypatch.setattr(reward_hacking, "sft_policy", lambda *a: calls.append(a))
+    config = reward_hacking_config()
+    config.experiment.results_dir = str(repo / "runs" / "results")
+    with pytest.raises(ValueError, match="git ignores"):
+        reward_hacking.main(config, str(tmp_path / "w"), commit=True)
+    assert calls == []
 
 
 def test_parse_sft_policies():

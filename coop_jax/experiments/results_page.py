@@ -8,6 +8,7 @@ every session of a multi-session experiment.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -39,6 +40,18 @@ def keep_static_rm(rm_dir: str, results_dir: str, commit: bool) -> str:
     if commit:
         git_commit(dest, "reward-hacking plan: the static RM's corpus manifest and competence")
     return dest
+
+
+def keep_json(record: dict, results_dir: str, name: str, commit: bool, message: str) -> str:
+    """Write `record` to `<results_dir>/plan/<name>` (committed when `commit`); its path."""
+    dest = os.path.join(results_dir, PLAN_FOLDER)
+    os.makedirs(dest, exist_ok=True)
+    path = os.path.join(dest, name)
+    with open(path, "w") as fh:
+        json.dump(record, fh, indent=2)
+    if commit:
+        git_commit(path, message)
+    return path
 
 
 def as_section(report_md: str, figure_prefix: str) -> str:

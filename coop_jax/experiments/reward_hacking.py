@@ -255,8 +255,8 @@ def competence_gate(rm_summary: dict, min_accuracy: float, min_auc: float) -> No
     if failed:
         raise IncompetentRM(
             "the static RM failed the competence gate (" + "; ".join(failed) + f", on "
-            f"{rm_summary.get('num_heldout')} held-out triples): stopping before any RL run, as "
-            "the pre-registered plan says; report this instead of the contrasts")
+            f"{rm_summary.get('num_heldout')} held-out triples): stopping before any run of an RM "
+            "arm, as the pre-registered plan says; report this instead of the contrasts")
 
 
 def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = ""
@@ -273,26 +273,75 @@ def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str =
     return run
 
 
+class NoHeadroom(RuntimeError):
+    """The rule arm's first seed already reached the headroom ceiling: the plan moves every arm
+    to its harder setting, so no other run of this setting may start."""
+
+
+def headroom_gate(rule_summary: dict, ceiling: float, results_dir: str, commit: bool) -> dict:
+    """The plan's headroom check on the rule arm alone, before any RM arm runs: raise
+    `NoHeadroom` when its final held-out gold accuracy >= `ceiling`
+    (`experiment.headroom_max_accuracy`). The decision is written (and committed) to
+    `<results_dir>/plan/headroom.json` either way."""
+    from coop_jax.experiments.hacking_analysis import final_gold
+    accuracy, strict = final_gold(rule_summary)
+    decision = {"rule_seed": rule_summary.get("seed"), "final_accuracy": accuracy,
+                "strict_gold": strict, "ceiling": ceiling,
+                "choice": "no headroom: move to the harder setting" if accuracy >= ceiling
+                else "headroom: this setting stays"}
+    if results_dir:
+        results_page.keep_json(decision, results_dir, "headroom.json", commit,
+                               f"reward-hacking plan: headroom check ({decision['choice']}, "
+                               f"rule final accuracy {accuracy:.3f})")
+    log.info("headroom check: %s", json.dumps(decision))
+    if accuracy >= ceiling:
+        raise NoHeadroom(
+            f"rule seed {decision['rule_seed']} reached final accuracy {accuracy:.3f} >= "
+            f"experiment.headroom_max_accuracy {ceiling}: the plan moves every arm to its harder "
+            "setting (its own workdir and results_dir, with headroom_max_accuracy=0); "
+            "no RM arm of this setting runs")
+    return decision
+
+
+def run_order(expected: dict[str, list[int]]) -> list[tuple[str, int]]:
+    """Seed by seed (every arm of the first seed, then the next), so an experiment cut short
+    still has paired seeds; within a seed in the order of `experiment.methods`."""
+    seeds = sorted({s for ss in expected.values() for s in ss})
+    return [(arm, s) for s in seeds for arm, ss in expected.items() if s in ss]
+
+
 def main(config, workdir: str, command: str | None = None, commit: bool = False) -> dict:
     """The whole experiment (module doc); `commit`: commit each finished run's kept summary
     (`experiment.results_dir`, `run_store`) as it ends."""
     e = config.experiment
     expected = expected_runs(config)
-    methods = list(expected)
+    results_dir = e.get("results_dir", "")
+    if commit and results_dir:
+        run_store.ensure_committable(results_dir)
+    runs = run_order(expected)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
+    probes = probe_set(config, os.path.join(workdir, "probes.jsonl"))
+    store = dict(workdir=workdir, settings=run_store.fingerprint(config),
+                 results_dir=results_dir, commit=commit)
+    run_dirs = []
+    ceiling = e.get("headroom_max_accuracy", 0.0)
+    if ceiling and "rule" in expected and expected["rule"]:
+        # the rule arm needs no RM: the headroom check comes before the corpus and the RM
+        first = ("rule", expected["rule"][0])
+        run_dirs += run_store.run_all([first], arm_runner(config, policy_dir, "", "", probes),
+                                      **store)
+        with open(os.path.join(run_dirs[0], "summary.json")) as fh:
+            headroom_gate(json.load(fh), ceiling, results_dir, commit)
+        runs.remove(first)
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
-    results_dir = e.get("results_dir", "")
-    if any(ARMS[m][0] in rewards.rm_reward_types() for m in methods):
+    if any(ARMS[m][0] in rewards.rm_reward_types() for m in expected):
         rm_summary = static_rm(config, train_path, heldout_path, rm_dir)
         if results_dir:  # kept before the gate, so a failed gate is on record too
             results_page.keep_static_rm(rm_dir, results_dir, commit)
         competence_gate(rm_summary, e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
-    run_dirs = run_store.run_all(
-        [(arm, seed) for arm, seeds in expected.items() for seed in seeds],
-        arm_runner(config, policy_dir, rm_dir, heldout_path,
-                   probe_set(config, os.path.join(workdir, "probes.jsonl"))), workdir=workdir,
-        settings=run_store.fingerprint(config), results_dir=results_dir, commit=commit)
+    run_dirs += run_store.run_all(runs, arm_runner(config, policy_dir, rm_dir, heldout_path,
+                                                   probes), **store)
     from coop_jax.experiments.hacking_report import write_hacking_report
     report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
                                   expected=expected, command=command)

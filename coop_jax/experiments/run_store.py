@@ -21,7 +21,7 @@ log = logging.getLogger("coop_jax")
 
 KEPT_FILES = ("summary.json", "metrics.jsonl")
 # experiment fields that choose which runs to do, not how a run goes
-_SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir")
+_SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroom_max_accuracy")
 
 # run_fn(arm, seed, run_dir) -> the run's summary (it writes metrics.jsonl into run_dir)
 RunFn = Callable[[str, int, str], dict]
@@ -56,11 +56,34 @@ def _check_settings(summary: dict, where: str, expected: str) -> None:
                          "config.experiment.results_dir to another folder")
 
 
+def ensure_committable(folder: str) -> None:
+    """Raise ValueError when git would ignore files in `folder` (a `.gitignore` rule), so an
+    experiment with --commit fails before its hours of work rather than at its first commit."""
+    probe = os.path.join(os.path.abspath(folder), "runs", "x_s0", "summary.json")
+    parent = os.path.abspath(folder)
+    while not os.path.isdir(parent):
+        parent = os.path.dirname(parent)
+    found = subprocess.run(["git", "-C", parent, "check-ignore", "-v", "--no-index", probe],
+                           capture_output=True, text=True)
+    if found.returncode == 0:
+        rule = found.stdout.strip().split("\t")[0]
+        raise ValueError(f"config.experiment.results_dir {folder!r}: git ignores its files "
+                         f"({rule}), so --commit cannot commit them; change that rule")
+    if found.returncode != 1:
+        raise ValueError(f"config.experiment.results_dir {folder!r} is not in a git work tree, "
+                         f"so --commit cannot commit it ({found.stderr.strip()})")
+
+
 def git_commit(path: str, message: str) -> None:
-    """`git add <path> && git commit -m <message> -- <path>`: that folder only."""
-    folder = os.path.abspath(path)
-    subprocess.run(["git", "-C", folder, "add", "--", "."], check=True)
-    subprocess.run(["git", "-C", folder, "commit", "-q", "-m", message, "--", "."], check=True)
+    """`git add <path> && git commit -m <message> -- <path>`: that folder (or file) only."""
+    folder, target = os.path.abspath(path), "."
+    if os.path.isfile(folder):
+        folder, target = os.path.split(folder)
+    for args in (["add", "--", target], ["commit", "-q", "-m", message, "--", target]):
+        done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"git {args[0]} in {folder} failed ({done.returncode}): "
+                               f"{(done.stderr or done.stdout).strip()}")
 
 
 def keep(run_dir: str, dest: str, message: str | None) -> None:
