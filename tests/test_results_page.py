@@ -83,3 +83,32 @@ def test_publish_and_keep_static_rm_commit_only_the_results(tmp_path):
     assert "docs/results/report.md" in committed and "docs/results/plan/curves.png" in committed
     assert "unrelated.txt" not in committed and "weights.safetensors" not in " ".join(committed)
     assert _git(repo, "status", "--porcelain").strip() == "?? unrelated.txt"
+
+
+def test_a_rebuilt_static_rm_must_match_the_kept_digests(tmp_path):
+    """Each new machine rebuilds the RM (its weights are not committed): a rebuild with other
+    digests than the kept summary's stops before it overwrites them."""
+    rm_dir, results = tmp_path / "static_rm", tmp_path / "results"
+    rm_dir.mkdir()
+    digests = {"train_triples": "aa", "heldout_triples": "bb", "rm_params": "cc"}
+    (rm_dir / "rm_summary.json").write_text(json.dumps({"digests": digests}))
+    kept = results_page.keep_static_rm(str(rm_dir), str(results), commit=False)
+    assert results_page.check_rebuild(str(rm_dir / "rm_summary.json"),
+                                      f"{kept}/rm_summary.json") == digests
+    results_page.keep_static_rm(str(rm_dir), str(results), commit=False)  # the same: kept again
+    (rm_dir / "rm_summary.json").write_text(json.dumps({"digests": digests | {"rm_params": "dd"}}))
+    with pytest.raises(results_page.RebuildMismatch, match="rm_params dd != kept cc"):
+        results_page.keep_static_rm(str(rm_dir), str(results), commit=False)
+    assert json.loads((results / "plan" / "static_rm" / "rm_summary.json").read_text())[
+        "digests"]["rm_params"] == "cc"
+
+
+def test_a_rebuilt_start_policy_must_match_the_kept_manifest(tmp_path):
+    static = tmp_path / "plan" / "static_rm"
+    results_page.check_start_policy("aa", str(tmp_path))  # nothing kept: nothing to check
+    static.mkdir(parents=True)
+    (static / "corpus_manifest.json").write_text(json.dumps(
+        {"rl_start_policy_digests": {"settings": "s", "params": "aa"}}))
+    results_page.check_start_policy("aa", str(tmp_path))
+    with pytest.raises(results_page.RebuildMismatch, match="digest bb.*started from \\(aa"):
+        results_page.check_start_policy("bb", str(tmp_path))

@@ -2,6 +2,7 @@
 arm/seed selection, and the report (partial runs are labelled)."""
 import json
 import os
+import types
 
 import numpy as np
 import pytest
@@ -340,6 +341,7 @@ def _fake_stages(monkeypatch, rm_accuracy: float) -> list:
     built = []
     monkeypatch.setattr(reward_hacking, "sft_policy", lambda c, d: d)
     monkeypatch.setattr(reward_hacking, "probe_set", lambda c, p: "")
+    monkeypatch.setattr(reward_hacking.hf, "load", lambda d: types.SimpleNamespace(params={}))
     monkeypatch.setattr(reward_hacking, "static_rm_data",
                         lambda c, p, d: built.append("corpus") or ("t.jsonl", "h.jsonl"))
     monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: built.append("rm") or {

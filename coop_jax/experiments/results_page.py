@@ -32,10 +32,53 @@ def _copy(src_dir: str, names: tuple[str, ...], dest: str) -> list[str]:
     return copied
 
 
+class RebuildMismatch(RuntimeError):
+    """A rebuilt static RM is not the one kept in the results: the kept runs used the other."""
+
+
+def check_rebuild(rebuilt_path: str, kept_path: str) -> dict:
+    """Compare the digests (triples, parameters) of a rebuilt static RM's summary with the kept
+    one's; raise `RebuildMismatch` naming what differs. The weights are not committed, so each
+    new machine rebuilds the RM, and every kept run must have scored against the same one.
+    Returns the digests compared ({} when nothing was kept yet)."""
+    if not os.path.exists(kept_path):
+        return {}
+    with open(kept_path) as fh:
+        kept = json.load(fh).get("digests") or {}
+    with open(rebuilt_path) as fh:
+        rebuilt = json.load(fh).get("digests") or {}
+    differ = [f"{k} {rebuilt.get(k)} != kept {v}" for k, v in kept.items() if rebuilt.get(k) != v]
+    if differ:
+        raise RebuildMismatch(
+            f"the rebuilt static RM is not the one in {kept_path} (" + "; ".join(differ) +
+            "): the kept runs scored against that one; find what changed, or move the kept "
+            "results away to start the experiment again")
+    return kept
+
+
+def check_start_policy(params_digest: str, results_dir: str) -> None:
+    """Raise `RebuildMismatch` when the kept corpus manifest names another RL start policy
+    (its parameter digest) than the rebuilt one: every kept run started from that one. XLA:CPU
+    is bit-reproducible on one machine, not across CPUs, so a new machine may rebuild another."""
+    path = os.path.join(results_dir, PLAN_FOLDER, "static_rm", "corpus_manifest.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as fh:
+        kept = (json.load(fh).get("rl_start_policy_digests") or {}).get("params")
+    if kept and kept != params_digest:
+        raise RebuildMismatch(
+            f"the rebuilt RL start policy (parameter digest {params_digest}) is not the one the "
+            f"kept runs started from ({kept}, in {path}): XLA:CPU results differ across CPUs; "
+            "continue on the machine kind that made them, carry its workdir over, or move the "
+            "kept results away to start the experiment again")
+
+
 def keep_static_rm(rm_dir: str, results_dir: str, commit: bool) -> str:
     """Copy the static RM's summary, corpus manifest and learning curve to
-    `<results_dir>/plan/static_rm/` (committed when `commit`); that folder."""
+    `<results_dir>/plan/static_rm/` (committed when `commit`), after checking that a kept one
+    has the same digests (`check_rebuild`); that folder."""
     dest = os.path.join(results_dir, PLAN_FOLDER, "static_rm")
+    check_rebuild(os.path.join(rm_dir, "rm_summary.json"), os.path.join(dest, "rm_summary.json"))
     _copy(rm_dir, STATIC_RM_FILES, dest)
     if commit:
         git_commit(dest, "reward-hacking plan: the static RM's corpus manifest and competence")

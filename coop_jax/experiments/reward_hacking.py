@@ -320,6 +320,9 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
         run_store.ensure_committable(results_dir)
     runs = run_order(expected)
     policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
+    if results_dir:  # kept runs started from a start policy: a rebuild must be that one
+        results_page.check_start_policy(rm_corpus.params_digest(hf.load(policy_dir).params),
+                                        results_dir)
     probes = probe_set(config, os.path.join(workdir, "probes.jsonl"))
     store = dict(workdir=workdir, settings=run_store.fingerprint(config),
                  results_dir=results_dir, commit=commit)
