@@ -71,6 +71,9 @@ def test_publish_and_keep_static_rm_commit_only_the_results(tmp_path):
     assert sorted(p.name for p in (results / "plan" / "static_rm").iterdir()) == [
         "corpus_manifest.json", "rm_summary.json"]
     assert kept.endswith("plan/static_rm")
+    commits = _git(repo, "rev-list", "--count", "HEAD")
+    results_page.keep_static_rm(str(rm_dir), str(results), commit=True)  # a resumed driver
+    assert _git(repo, "rev-list", "--count", "HEAD") == commits  # nothing new: no commit
     (workdir / "report.md").write_text(REPORT)
     (workdir / "curves.png").write_bytes(b"png")
     (workdir / "report.json").write_text("{}")

@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 from typing import Callable, Sequence
 
 log = logging.getLogger("coop_jax")
@@ -79,11 +80,25 @@ def git_commit(path: str, message: str) -> None:
     folder, target = os.path.abspath(path), "."
     if os.path.isfile(folder):
         folder, target = os.path.split(folder)
-    for args in (["add", "--", target], ["commit", "-q", "-m", message, "--", target]):
+    _git(folder, "add", "--", target)
+    staged = subprocess.run(["git", "-C", folder, "diff", "--cached", "--quiet", "--", target])
+    if staged.returncode == 0:  # unchanged (a resumed driver keeps the same files again)
+        return
+    _git(folder, "commit", "-q", "-m", message, "--", target)
+
+
+def _git(folder: str, *args: str, tries: int = 60) -> None:
+    """Run git in `folder`; wait out another process's index lock (two drivers of one
+    experiment commit into one repository)."""
+    for _ in range(tries):
         done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"git {args[0]} in {folder} failed ({done.returncode}): "
-                               f"{(done.stderr or done.stdout).strip()}")
+        if done.returncode == 0:
+            return
+        if "index.lock" not in done.stderr:
+            break
+        time.sleep(1.0)
+    raise RuntimeError(f"git {args[0]} in {folder} failed ({done.returncode}): "
+                       f"{(done.stderr or done.stdout).strip()}")
 
 
 def keep(run_dir: str, dest: str, message: str | None) -> None:
