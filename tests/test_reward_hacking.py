@@ -322,11 +322,11 @@ def _fake_store(monkeypatch, rule_accuracy: float) -> list:
     """run_store.run_all that only records the runs asked for (each kept with a summary)."""
     ran = []
 
-    def run_all(runs, run_fn, *, workdir, **kw):
+    def run_all(runs, run_fn, *, workdir, results_dir="", **kw):
         dirs = []
         for arm, seed in runs:
             ran.append((arm, seed))
-            d = os.path.join(workdir, "runs", f"{arm}_s{seed}")
+            d = reward_hacking.run_store.kept_dir(results_dir or workdir, arm, seed)
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "summary.json"), "w") as fh:
                 json.dump({"seed": seed, "final_accuracy": 0.1,
@@ -475,3 +475,9 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
         rm_corpus.sft_generators(config, records, [{"seed": config.seed}],
                                  start=same | {"settings": "disguised"},
                                  samples_per_question=1, out_dir=str(tmp_path / "g2"))
+
+
+def test_the_page_reports_every_kept_run_not_only_the_selection():
+    kept = ["r/runs/rule_s0", "r/runs/static_rm_s0", "r/runs/cooper_consistent_wrong_s3"]
+    assert reward_hacking._with_kept({"rule": [4], "static_rm": [4]}, kept) == {
+        "rule": [0, 4], "static_rm": [0, 4], "cooper_consistent_wrong": [3]}

@@ -310,6 +310,16 @@ def run_order(expected: dict[str, list[int]]) -> list[tuple[str, int]]:
     return [(arm, s) for s in seeds for arm, ss in expected.items() if s in ss]
 
 
+def _with_kept(expected: dict[str, list[int]], run_dirs: list[str]) -> dict[str, list[int]]:
+    """`expected` plus the (arm, seed) of every kept run folder (`<arm>_s<seed>`)."""
+    out = {arm: list(seeds) for arm, seeds in expected.items()}
+    for d in run_dirs:
+        arm, _, seed = os.path.basename(d).rpartition("_s")
+        if seed.isdigit() and int(seed) not in out.setdefault(arm, []):
+            out[arm] = sorted(out[arm] + [int(seed)])
+    return out
+
+
 def main(config, workdir: str, command: str | None = None, commit: bool = False) -> dict:
     """The whole experiment (module doc); `commit`: commit each finished run's kept summary
     (`experiment.results_dir`, `run_store`) as it ends."""
@@ -345,7 +355,10 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
         competence_gate(rm_summary, e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
     run_dirs += run_store.run_all(runs, arm_runner(config, policy_dir, rm_dir, heldout_path,
                                                    probes), **store)
-    from coop_jax.experiments.hacking_report import write_hacking_report
+    from coop_jax.experiments.hacking_report import kept_run_dirs, write_hacking_report
+    if results_dir:  # the page reports every kept run, not only this driver's selection
+        run_dirs = kept_run_dirs(os.path.join(results_dir, "runs"))
+        expected = _with_kept(expected, run_dirs)
     report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
                                   expected=expected, command=command)
     if results_dir:
