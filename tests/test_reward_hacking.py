@@ -481,3 +481,23 @@ def test_the_page_reports_every_kept_run_not_only_the_selection():
     kept = ["r/runs/rule_s0", "r/runs/static_rm_s0", "r/runs/cooper_consistent_wrong_s3"]
     assert reward_hacking._with_kept({"rule": [4], "static_rm": [4]}, kept) == {
         "rule": [0, 4], "static_rm": [0, 4], "cooper_consistent_wrong": [3]}
+
+
+def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):
+    """train.train returns {"stopped_at": step} on SIGTERM: not a finished run."""
+    from coop_jax.experiments import run_store
+    calls = []
+
+    def run(arm, seed, run_dir):
+        calls.append(arm)
+        os.makedirs(run_dir, exist_ok=True)
+        return {"stopped_at": 2} if arm == "cooper_rollout" else {"final_accuracy": 0.5}
+
+    results = str(tmp_path / "results")
+    with pytest.raises(run_store.RunStopped, match="cooper_rollout seed 0 stopped at step 2"):
+        run_store.run_all([("rule", 0), ("cooper_rollout", 0), ("random", 0)], run,
+                          workdir=str(tmp_path / "w"), settings="abc", results_dir=results)
+    assert calls == ["rule", "cooper_rollout"]
+    assert os.path.exists(os.path.join(run_store.kept_dir(results, "rule", 0), "summary.json"))
+    assert not os.path.exists(run_store.kept_dir(results, "cooper_rollout", 0))
+    assert not os.path.exists(tmp_path / "w" / "runs" / "cooper_rollout_s0" / "summary.json")

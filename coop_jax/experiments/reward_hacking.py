@@ -383,8 +383,12 @@ def run() -> None:
         import shlex
         import sys
         command = "python -m coop_jax.experiments.reward_hacking " + shlex.join(sys.argv[1:])
-        print(json.dumps(main(flags.FLAGS.config, flags.FLAGS.workdir, command,
-                              commit=flags.FLAGS.commit), indent=2, default=str))
+        try:
+            report = main(flags.FLAGS.config, flags.FLAGS.workdir, command,
+                          commit=flags.FLAGS.commit)
+        except run_store.RunStopped as stopped:
+            raise SystemExit(f"reward_hacking: {stopped}") from None
+        print(json.dumps(report, indent=2, default=str))
 
     app.run(_main)
 

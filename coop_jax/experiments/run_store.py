@@ -28,6 +28,11 @@ _SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroo
 RunFn = Callable[[str, int, str], dict]
 
 
+class RunStopped(RuntimeError):
+    """A run was stopped before its last step (SIGTERM): it is not kept, and nothing after it
+    starts."""
+
+
 def fingerprint(config) -> str:
     """A short hash of every setting of `config` but the run selection (`_SELECTION_FIELDS`)."""
     settings = config.to_dict()
@@ -128,7 +133,12 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str, set
         summary = _summary(run_dir)
         if summary is None:
             log.info("run %s seed %d", arm, seed)
-            summary = run_fn(arm, seed, run_dir) | {"settings_fingerprint": settings}
+            summary = run_fn(arm, seed, run_dir)
+            if "stopped_at" in summary:  # SIGTERM: checkpointed, not finished; a rerun resumes
+                raise RunStopped(f"run {arm} seed {seed} stopped at step "
+                                 f"{summary['stopped_at']} (SIGTERM; its checkpoint is in "
+                                 f"{run_dir}): rerun the same command to resume it")
+            summary = summary | {"settings_fingerprint": settings}
             with open(os.path.join(run_dir, "summary.json"), "w") as fh:
                 json.dump(summary, fh, indent=2)
         _check_settings(summary, run_dir, settings)
