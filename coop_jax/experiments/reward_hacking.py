@@ -338,13 +338,12 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
                  results_dir=results_dir, commit=commit)
     run_dirs = []
     ceiling = e.get("headroom_max_accuracy", 0.0)
-    if ceiling and "rule" in expected and expected["rule"]:
+    if ceiling and expected.get("rule"):
         # the rule arm needs no RM: the headroom check comes before the corpus and the RM
         first = ("rule", expected["rule"][0])
         run_dirs += run_store.run_all([first], arm_runner(config, policy_dir, "", "", probes),
                                       **store)
-        with open(os.path.join(run_dirs[0], "summary.json")) as fh:
-            headroom_gate(json.load(fh), ceiling, results_dir, commit)
+        headroom_gate(run_store.read_summary(run_dirs[0]), ceiling, results_dir, commit)
         runs.remove(first)
     rm_dir = os.path.join(workdir, "static_rm")
     train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)

@@ -46,7 +46,7 @@ def kept_dir(results_dir: str, arm: str, seed: int) -> str:
     return os.path.join(results_dir, "runs", f"{arm}_s{seed}")
 
 
-def _summary(run_dir: str) -> dict | None:
+def read_summary(run_dir: str) -> dict | None:
     path = os.path.join(run_dir, "summary.json")
     if not os.path.exists(path):
         return None
@@ -65,7 +65,7 @@ def _check_settings(summary: dict, where: str, expected: str) -> None:
 def ensure_committable(folder: str) -> None:
     """Raise ValueError when git would ignore files in `folder` (a `.gitignore` rule), so an
     experiment with --commit fails before its hours of work rather than at its first commit."""
-    probe = os.path.join(os.path.abspath(folder), "runs", "x_s0", "summary.json")
+    probe = os.path.join(kept_dir(os.path.abspath(folder), "x", 0), "summary.json")
     parent = os.path.abspath(folder)
     while not os.path.isdir(parent):
         parent = os.path.dirname(parent)
@@ -123,14 +123,14 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str, set
     out = []
     for arm, seed in runs:
         dest = kept_dir(results_dir, arm, seed) if results_dir else None
-        kept = _summary(dest) if dest else None
+        kept = read_summary(dest) if dest else None
         if kept is not None:
             _check_settings(kept, dest, settings)
             log.info("run %s seed %d: kept summary in %s, skipped", arm, seed, dest)
             out.append(dest)
             continue
         run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
-        summary = _summary(run_dir)
+        summary = read_summary(run_dir)
         if summary is None:
             log.info("run %s seed %d", arm, seed)
             summary = run_fn(arm, seed, run_dir)
