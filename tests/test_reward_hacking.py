@@ -9,7 +9,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import cooper, rewards
+from coop_jax import checkpoint, cooper, rewards
 from coop_jax.data.synthetic import make_dataset, solution_error_kind
 from coop_jax.experiments import hacking_report, reward_hacking
 from coop_jax.verify import RuleVerifier
@@ -187,9 +187,43 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["arm"] == "cooper_consistent_wrong" and summary["method"] == "cooper"
     assert summary["negative"] == "consistent_wrong" and summary["cpu_seconds"] > 0
+    assert summary["cpu"] == reward_hacking.cpu_model() != ""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert "rm_heldout_accuracy" in rows[0] and "pairs/valid" in rows[-1]
     assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()
+    assert f"{reward_hacking.cpu_model()} (1)" in (tmp_path / "report.md").read_text()
+    portable = json.loads((tmp_path / "static_rm_portable" / "rm_summary.json").read_text())
+    assert portable["trained"]["rm_params"] == rm["digests"]["rm_params"]
+    assert set(portable["digests"]) >= {"rm_params", "base_params"}
+
+
+def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
+    """The start policy and the portable static RM are kept with the results; a driver in a new
+    workdir (a later session) restores them, trains neither, and resumes from the kept runs."""
+    import ml_collections
+
+    from coop_jax.experiments import plan_inputs, rm_corpus
+
+    config = _tiny_config()
+    config.sft.update(steps=2, batch_size=4, max_len=40)
+    results = tmp_path / "results"
+    config.experiment = ml_collections.ConfigDict(dict(
+        methods="static_rm", seeds="0", rm_questions=8, samples_per_question=2,
+        heldout_fraction=0.25, results_dir=str(results)))
+    config.rm_train.update(mode="train", epochs=1, learning_rate=1e-3, batch_size=8)
+    config.data.num_eval = 2
+    config.train.update(steps=1, eval_every=1, checkpoint_every=1)
+    reward_hacking.main(config, str(tmp_path / "w1"))
+    kept = results / "plan" / "inputs"
+    assert {p.name for p in kept.iterdir()} >= {"start_policy", *plan_inputs.KEPT_RM_FILES}
+    out = reward_hacking.main(config, str(tmp_path / "w2"))
+    assert not (tmp_path / "w2" / "static_rm").exists()  # no corpus, no RM training
+    assert (tmp_path / "w2" / "sft_policy" / "model.safetensors").read_bytes() == (
+        tmp_path / "w1" / "sft_policy" / "model.safetensors").read_bytes()
+    digests = [rm_corpus.params_digest(checkpoint.load_model(
+        str(tmp_path / w / "static_rm_portable"), "rm")[1]) for w in ("w1", "w2")]
+    assert digests[0] == digests[1]
+    assert set(out["groups"]) == {"static_rm"} and not out["partial"]
 
 
 def _git(repo, *args):
@@ -346,6 +380,11 @@ def _fake_stages(monkeypatch, rm_accuracy: float) -> list:
                         lambda c, p, d: built.append("corpus") or ("t.jsonl", "h.jsonl"))
     monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: built.append("rm") or {
         "heldout_accuracy": rm_accuracy, "heldout_auc": 0.97, "num_heldout": 50})
+    monkeypatch.setattr(reward_hacking.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
+        "heldout_accuracy": rm_accuracy, "heldout_auc": 0.97, "num_heldout": 50})
+    monkeypatch.setattr(reward_hacking.plan_inputs, "keep",
+                        lambda p, rm, r, c: built.append("keep" + ("+rm" if rm else "")))
+    monkeypatch.setattr(reward_hacking.results_page, "keep_static_rm", lambda *a: None)
     return built
 
 
@@ -356,7 +395,7 @@ def test_driver_stops_at_the_gate_before_any_rm_arm(tmp_path, monkeypatch):
     built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.5)
     with pytest.raises(reward_hacking.IncompetentRM, match="before any run of an RM arm"):
         reward_hacking.main(config, str(tmp_path))
-    assert ran == [("rule", 0)] and built == ["corpus", "rm"]
+    assert ran == [("rule", 0)] and built == ["corpus", "rm"]  # no results_dir: nothing kept
 
 
 def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
@@ -369,12 +408,12 @@ def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
     built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.93)
     with pytest.raises(reward_hacking.NoHeadroom, match="0.930 >= .*headroom_max_accuracy 0.9"):
         reward_hacking.main(config, str(tmp_path / "w1"))
-    assert ran == [("rule", 0)] and built == []
+    assert ran == [("rule", 0)] and built == ["keep"]  # the start policy only
     decision = json.loads((results / "plan" / "headroom.json").read_text())
     assert decision["final_accuracy"] == 0.93 and decision["strict_gold"]
     assert decision["choice"].startswith("no headroom")
 
-    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: {
+    monkeypatch.setattr(reward_hacking.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
         "heldout_accuracy": 0.99, "heldout_auc": 0.99, "num_heldout": 50})
     monkeypatch.setattr("coop_jax.experiments.hacking_report.write_hacking_report",
                         lambda dirs, workdir, **kw: {"runs": dirs})

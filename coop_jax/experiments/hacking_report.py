@@ -21,6 +21,7 @@ import math
 import os
 import shlex
 import sys
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -375,6 +376,9 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
                "gold) and RM reward per step, and held-out greedy accuracy at each evaluation.",
                "", "![gold and proxy vs sqrt KL](gold_proxy_vs_kl.png)", ""]
     md += report_lib.runs_section(gold, "arm", header="arm", wall=True)
+    cpus = Counter(r["summary"].get("cpu", "not recorded") for r in gold)
+    md += ["", "CPUs the runs ran on (XLA:CPU results differ across CPUs; every run shares the "
+           "start policy and the static RM): " + ", ".join(f"{c} ({n})" for c, n in cpus.items())]
     result = {"groups": groups, "gold": "strict" if strict else "lenient",
               "groups_lenient": lenient, "analysis": analysis, "diagnostics": diag,
               "probes": probes, "kl_curves": kl, "missing": missing,

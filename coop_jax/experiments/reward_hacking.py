@@ -46,7 +46,7 @@ import numpy as np
 from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
-from coop_jax.experiments import hack_probes, results_page, rm_corpus, run_store
+from coop_jax.experiments import hack_probes, plan_inputs, results_page, rm_corpus, run_store
 from coop_jax.experiments.arms import ARMS, _methods, _seeds, expected_runs  # noqa: F401
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm_input import RMInputFormat, read_triples, write_triples
@@ -269,8 +269,21 @@ def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str =
         # CPU seconds of this process (all its threads): wall time on a shared machine says
         # little about the cost on dedicated cores
         return summary | {"arm": arm, "negative": ARMS[arm][1],
-                          "cpu_seconds": time.process_time() - cpu}
+                          "cpu_seconds": time.process_time() - cpu, "cpu": cpu_model()}
     return run
+
+
+def cpu_model() -> str:
+    """This machine's CPU (XLA:CPU results differ across CPUs; each run records where it ran)."""
+    import platform
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 class NoHeadroom(RuntimeError):
@@ -320,6 +333,39 @@ def _with_kept(expected: dict[str, list[int]], run_dirs: list[str]) -> dict[str,
     return out
 
 
+def start_policy(config, workdir: str, results_dir: str, commit: bool) -> str:
+    """The plan's SFT start in `<workdir>/sft_policy`: the one kept with the results
+    (`plan_inputs`), else trained here and kept."""
+    policy_dir = os.path.join(workdir, "sft_policy")
+    if results_dir and plan_inputs.restore_start_policy(results_dir, policy_dir):
+        return policy_dir
+    sft_policy(config, policy_dir)
+    if results_dir:  # results kept before the inputs were: they must be this start's
+        results_page.check_start_policy(rm_corpus.params_digest(hf.load(policy_dir).params),
+                                        results_dir)
+        plan_inputs.keep(policy_dir, None, results_dir, commit)
+    return policy_dir
+
+
+def static_rm_of_plan(config, workdir: str, policy_dir: str, rm_dir: str, results_dir: str,
+                      commit: bool) -> dict:
+    """The plan's static RM in `rm_dir` (a checkpoint, its held-out triples, rm_summary.json):
+    the one kept with the results (`plan_inputs`), else built here (the corpus, the training,
+    the portable encoding) and kept before the competence gate; its summary."""
+    if results_dir:
+        kept = plan_inputs.restore_static_rm(config, results_dir, rm_dir)
+        if kept is not None:
+            return kept
+    trained_dir = os.path.join(workdir, "static_rm")
+    train_path, heldout_path = static_rm_data(config, policy_dir, trained_dir)
+    static_rm(config, train_path, heldout_path, trained_dir)
+    summary = plan_inputs.portable_rm(config, trained_dir, train_path, heldout_path, rm_dir)
+    if results_dir:  # kept before the gate, so a failed gate is on record too
+        results_page.keep_static_rm(rm_dir, results_dir, commit)
+        plan_inputs.keep(policy_dir, rm_dir, results_dir, commit)
+    return summary
+
+
 def main(config, workdir: str, command: str | None = None, commit: bool = False) -> dict:
     """The whole experiment (module doc); `commit`: commit each finished run's kept summary
     (`experiment.results_dir`, `run_store`) as it ends."""
@@ -329,10 +375,7 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     if commit and results_dir:
         run_store.ensure_committable(results_dir)
     runs = run_order(expected)
-    policy_dir = sft_policy(config, os.path.join(workdir, "sft_policy"))
-    if results_dir:  # kept runs started from a start policy: a rebuild must be that one
-        results_page.check_start_policy(rm_corpus.params_digest(hf.load(policy_dir).params),
-                                        results_dir)
+    policy_dir = start_policy(config, workdir, results_dir, commit)
     probes = probe_set(config, os.path.join(workdir, "probes.jsonl"))
     store = dict(workdir=workdir, settings=run_store.fingerprint(config),
                  results_dir=results_dir, commit=commit)
@@ -345,12 +388,11 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
                                       **store)
         headroom_gate(run_store.read_summary(run_dirs[0]), ceiling, results_dir, commit)
         runs.remove(first)
-    rm_dir = os.path.join(workdir, "static_rm")
-    train_path, heldout_path = static_rm_data(config, policy_dir, rm_dir)
+    rm_dir, heldout_path = "", ""
     if any(ARMS[m][0] in rewards.rm_reward_types() for m in expected):
-        rm_summary = static_rm(config, train_path, heldout_path, rm_dir)
-        if results_dir:  # kept before the gate, so a failed gate is on record too
-            results_page.keep_static_rm(rm_dir, results_dir, commit)
+        rm_dir = os.path.join(workdir, "static_rm_portable")
+        rm_summary = static_rm_of_plan(config, workdir, policy_dir, rm_dir, results_dir, commit)
+        heldout_path = os.path.join(rm_dir, plan_inputs.HELDOUT)
         competence_gate(rm_summary, e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
     run_dirs += run_store.run_all(runs, arm_runner(config, policy_dir, rm_dir, heldout_path,
                                                    probes), **store)
@@ -385,7 +427,8 @@ def run() -> None:
         try:
             report = main(flags.FLAGS.config, flags.FLAGS.workdir, command,
                           commit=flags.FLAGS.commit)
-        except run_store.RunStopped as stopped:
+        except (run_store.RunStopped, plan_inputs.InputMismatch,
+                results_page.RebuildMismatch, IncompetentRM, NoHeadroom) as stopped:
             raise SystemExit(f"reward_hacking: {stopped}") from None
         print(json.dumps(report, indent=2, default=str))
 

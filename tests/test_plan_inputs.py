@@ -1,0 +1,53 @@
+"""The plan's shared inputs (`plan_inputs`): the portable encoding of the static RM."""
+import numpy as np
+
+from coop_jax.experiments import plan_inputs
+
+
+def _trees():
+    rng = np.random.default_rng(0)
+    base = {"embed": {"embedding": rng.normal(size=(40, 16)).astype(np.float32)},
+            "layer": {"kernel": rng.normal(size=(16, 32)).astype(np.float32),
+                      "norm": rng.normal(size=(16,)).astype(np.float32)}}
+    decay = np.float32(0.9993)
+    embedding = base["embed"]["embedding"] * decay  # untouched rows: weight decay only
+    embedding[[3, 7]] += rng.normal(size=(2, 16)).astype(np.float32) * 0.01
+    trained = {"embed": {"embedding": embedding},
+               "layer": {"kernel": base["layer"]["kernel"]
+                         + rng.normal(size=(16, 32)).astype(np.float32) * 1e-3,
+                         "norm": base["layer"]["norm"] + 0.5}}
+    return base, trained
+
+
+def test_encoding_keeps_touched_rows_and_small_leaves_exactly():
+    base, trained = _trees()
+    arrays, layout = plan_inputs.encode(trained, base, small_leaf=16)
+    assert layout["['layer']['norm']"] == {"kind": "exact"}
+    assert layout["['layer']['kernel']"] == {"kind": "delta16"}
+    emb = layout["['embed']['embedding']"]
+    assert emb["kind"] == "rows" and emb["touched_rows"] == 2
+    assert list(arrays["['embed']['embedding']:rows"]) == [3, 7]
+    assert abs(emb["factor"] - 0.9993) < 1e-6
+    decoded = plan_inputs.decode(arrays, layout, base)
+    np.testing.assert_array_equal(decoded["layer"]["norm"], trained["layer"]["norm"])
+    np.testing.assert_array_equal(decoded["embed"]["embedding"][[3, 7]],
+                                  trained["embed"]["embedding"][[3, 7]])
+    np.testing.assert_allclose(decoded["embed"]["embedding"], trained["embed"]["embedding"],
+                               rtol=1e-6, atol=0)
+    delta = trained["layer"]["kernel"] - base["layer"]["kernel"]
+    error = np.abs(decoded["layer"]["kernel"] - trained["layer"]["kernel"])
+    assert np.all(error <= np.abs(delta) * 2.0 ** -10 + 1e-7)  # float16: 11-bit significand
+
+
+def test_decoding_is_a_function_of_the_kept_arrays_and_the_base():
+    """Two decodes (as on two machines loading the same base) give the same bits; the encoded
+    form is smaller than the float32 tree."""
+    base, trained = _trees()
+    arrays, layout = plan_inputs.encode(trained, base, small_leaf=16)
+    a = plan_inputs.decode(arrays, layout, base)
+    b = plan_inputs.decode({k: v.copy() for k, v in arrays.items()}, layout,
+                           {k: {n: x.copy() for n, x in v.items()} for k, v in base.items()})
+    for (x, y) in zip(*(plan_inputs._named_leaves(t).values() for t in (a, b))):
+        assert x.tobytes() == y.tobytes()
+    encoded = sum(v.nbytes for v in arrays.values())
+    assert encoded < sum(x.nbytes for x in plan_inputs._named_leaves(trained).values()) * 0.6
