@@ -225,6 +225,18 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     assert digests[0] == digests[1]
     assert set(out["groups"]) == {"static_rm"} and not out["partial"]
 
+    # the clean-clone check: rebuild everything and compare with the kept digests
+    before = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()}
+    config.experiment.rebuild_inputs = True
+    reward_hacking.main(config, str(tmp_path / "w3"))
+    assert (tmp_path / "w3" / "static_rm" / "checkpoints").exists()  # trained again
+    assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == before
+    summary = json.loads((kept / "rm_summary.json").read_text())
+    summary["digests"]["train_triples"] = "0" * 16
+    (kept / "rm_summary.json").write_text(json.dumps(summary))
+    with pytest.raises(reward_hacking.results_page.RebuildMismatch, match="train_triples"):
+        reward_hacking.main(config, str(tmp_path / "w3"))  # the same rebuild, other kept digest
+
 
 def _git(repo, *args):
     import subprocess

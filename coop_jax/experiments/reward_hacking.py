@@ -337,9 +337,12 @@ def start_policy(config, workdir: str, results_dir: str, commit: bool) -> str:
     """The plan's SFT start in `<workdir>/sft_policy`: the one kept with the results
     (`plan_inputs`), else trained here and kept."""
     policy_dir = os.path.join(workdir, "sft_policy")
-    if results_dir and plan_inputs.restore_start_policy(results_dir, policy_dir):
+    rebuild = config.experiment.get("rebuild_inputs", False)
+    if results_dir and not rebuild and plan_inputs.restore_start_policy(results_dir, policy_dir):
         return policy_dir
     sft_policy(config, policy_dir)
+    if results_dir and rebuild and plan_inputs.restore_start_policy(results_dir, policy_dir):
+        return policy_dir  # the rebuild is the kept start policy (else InputMismatch)
     if results_dir:  # results kept before the inputs were: they must be this start's
         results_page.check_start_policy(rm_corpus.params_digest(hf.load(policy_dir).params),
                                         results_dir)
@@ -352,7 +355,8 @@ def static_rm_of_plan(config, workdir: str, policy_dir: str, rm_dir: str, result
     """The plan's static RM in `rm_dir` (a checkpoint, its held-out triples, rm_summary.json):
     the one kept with the results (`plan_inputs`), else built here (the corpus, the training,
     the portable encoding) and kept before the competence gate; its summary."""
-    if results_dir:
+    rebuild = config.experiment.get("rebuild_inputs", False)
+    if results_dir and not rebuild:
         kept = plan_inputs.restore_static_rm(config, results_dir, rm_dir)
         if kept is not None:
             return kept
@@ -360,7 +364,12 @@ def static_rm_of_plan(config, workdir: str, policy_dir: str, rm_dir: str, result
     train_path, heldout_path = static_rm_data(config, policy_dir, trained_dir)
     static_rm(config, train_path, heldout_path, trained_dir)
     summary = plan_inputs.portable_rm(config, trained_dir, train_path, heldout_path, rm_dir)
-    if results_dir:  # kept before the gate, so a failed gate is on record too
+    kept_summary = os.path.join(plan_inputs.inputs_dir(results_dir), "rm_summary.json")
+    if results_dir and rebuild and os.path.exists(kept_summary):
+        # the rebuild must be the kept RM (corpus, trained and decoded parameters, base)
+        results_page.check_rebuild(os.path.join(rm_dir, "rm_summary.json"), kept_summary)
+        log.info("rebuild check: the rebuilt static RM has the kept digests")
+    elif results_dir:  # kept before the gate, so a failed gate is on record too
         results_page.keep_static_rm(rm_dir, results_dir, commit)
         plan_inputs.keep(policy_dir, rm_dir, results_dir, commit)
     return summary

@@ -22,7 +22,8 @@ log = logging.getLogger("coop_jax")
 
 KEPT_FILES = ("summary.json", "metrics.jsonl")
 # experiment fields that choose which runs to do, not how a run goes
-_SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroom_max_accuracy")
+_SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroom_max_accuracy",
+                     "rebuild_inputs")
 
 # run_fn(arm, seed, run_dir) -> the run's summary (it writes metrics.jsonl into run_dir)
 RunFn = Callable[[str, int, str], dict]
