@@ -21,7 +21,7 @@ def _trees():
 
 def test_encoding_keeps_touched_rows_and_small_leaves_exactly():
     base, trained = _trees()
-    arrays, layout = plan_inputs.encode(trained, base, small_leaf=16)
+    arrays, layout = plan_inputs.encode(trained, base, steps=1, small_leaf=16)
     assert layout["['layer']['norm']"] == {"kind": "exact"}
     assert layout["['layer']['kernel']"] == {"kind": "delta16"}
     emb = layout["['embed']['embedding']"]
@@ -43,7 +43,7 @@ def test_decoding_is_a_function_of_the_kept_arrays_and_the_base():
     """Two decodes (as on two machines loading the same base) give the same bits; the encoded
     form is smaller than the float32 tree."""
     base, trained = _trees()
-    arrays, layout = plan_inputs.encode(trained, base, small_leaf=16)
+    arrays, layout = plan_inputs.encode(trained, base, steps=1, small_leaf=16)
     a = plan_inputs.decode(arrays, layout, base)
     b = plan_inputs.decode({k: v.copy() for k, v in arrays.items()}, layout,
                            {k: {n: x.copy() for n, x in v.items()} for k, v in base.items()})

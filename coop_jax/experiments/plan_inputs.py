@@ -61,20 +61,30 @@ def _with_leaves(params, named: dict[str, np.ndarray]):
 
 
 # ----------------------------------------------------------------------------- the RM's encoding
-def _encode_embedding(name: str, t: np.ndarray, b: np.ndarray, arrays: dict) -> dict:
-    """Touched rows exactly; the others as base x one decay factor (the median ratio)."""
+def _encode_embedding(name: str, t: np.ndarray, b: np.ndarray, arrays: dict, steps: int
+                      ) -> dict:
+    """Touched rows exactly; the others as base x one decay factor (the median ratio).
+
+    An untouched row only took `steps` float32 weight-decay steps, each rounded by at most
+    2^-24 of the value, so it lies within steps * 2^-24 of factor x base (relative to the
+    row's largest entry); twice that separates it from a row that any AdamW update moved (one
+    update moves every entry by about the learning rate). On the plan's RM (1335 steps): the
+    untouched rows deviate by at most 7.3e-5 of their scale, the touched by 5.8e-4 or more."""
     nonzero = np.abs(b) > 1e-3
     factor = np.float32(np.median(t[nonzero] / b[nonzero])) if nonzero.any() else np.float32(1)
     scale = np.maximum(np.abs(b).max(axis=1), 1e-12)
-    touched = np.nonzero(np.abs(t - factor * b).max(axis=1) > 1e-6 * scale)[0]
+    tolerance = 2 * max(steps, 1) * 2.0 ** -24
+    touched = np.nonzero(np.abs(t - factor * b).max(axis=1) > tolerance * scale)[0]
     arrays[f"{name}:rows"] = touched.astype(np.int64)
     arrays[f"{name}:values"] = t[touched]
-    return {"kind": "rows", "factor": float(factor), "touched_rows": int(len(touched))}
+    return {"kind": "rows", "factor": float(factor), "touched_rows": int(len(touched)),
+            "tolerance": tolerance}
 
 
-def encode(trained, base, small_leaf: int = SMALL_LEAF) -> tuple[dict[str, np.ndarray], dict]:
-    """(arrays, layout) of `trained` relative to `base` (same tree, e.g. the RM before training);
-    leaves of up to `small_leaf` elements are kept exactly."""
+def encode(trained, base, steps: int, small_leaf: int = SMALL_LEAF
+           ) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, layout) of `trained` relative to `base` (same tree, e.g. the RM before training),
+    after `steps` optimizer steps; leaves of up to `small_leaf` elements are kept exactly."""
     t_leaves, b_leaves = _named_leaves(trained), _named_leaves(base)
     arrays: dict[str, np.ndarray] = {}
     layout: dict[str, dict] = {}
@@ -84,7 +94,7 @@ def encode(trained, base, small_leaf: int = SMALL_LEAF) -> tuple[dict[str, np.nd
                 or b.dtype != np.float32):
             arrays[name], layout[name] = t, {"kind": "exact"}
         elif EMBEDDING in name and t.ndim == 2:
-            layout[name] = _encode_embedding(name, t, b, arrays)
+            layout[name] = _encode_embedding(name, t, b, arrays, steps)
         else:
             arrays[name], layout[name] = (t - b).astype(np.float16), {"kind": "delta16"}
     return arrays, layout
@@ -162,7 +172,7 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
     os.makedirs(out_dir, exist_ok=True)
     cfg, trained, meta = checkpoint.load_model(trained_dir, "rm")
     base, tok_path = _base_rm(config)
-    arrays, layout = encode(jax.device_get(trained), base)
+    arrays, layout = encode(jax.device_get(trained), base, int(meta.get("step", 0)))
     _write_encoded(arrays, layout, out_dir)
     params = decode(arrays, layout, base)
     _save_rm(params, meta, tok_path, config, out_dir)
