@@ -160,7 +160,6 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
     """Encode the RM trained in `trained_dir`, decode it, and save the decoded one (the plan's
     static RM) in `out_dir` with its encoded files, its held-out triples and an rm_summary.json
     whose held-out accuracy and AUC are measured on the decoded parameters; that summary."""
-    from coop_jax.experiments.reward_hacking import heldout_by_kind
     from coop_jax.rm_input import read_triples
     from coop_jax.rm_scoring import evaluate_reward_model
     from coop_jax.models.tokenizer import load_tokenizer
@@ -181,7 +180,7 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
     shutil.copyfile(heldout_path, os.path.join(out_dir, HELDOUT))
     shutil.copyfile(train_path, os.path.join(out_dir, TRAIN))
     heldout, fmt = read_triples(heldout_path), input_format(config)
-    report, _ = evaluate_reward_model(params, cfg, load_tokenizer(tok_path), heldout, fmt=fmt)
+    report, rows = evaluate_reward_model(params, cfg, load_tokenizer(tok_path), heldout, fmt=fmt)
     with open(os.path.join(trained_dir, "rm_summary.json")) as fh:
         trained_summary = json.load(fh)
     summary = dict(trained_summary,
@@ -189,8 +188,7 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
                    | {"rm_params": trained_summary.get("digests", {}).get("rm_params")},
                    heldout_accuracy=report["accuracy"]["mean"],
                    heldout_auc=report["roc_auc"]["mean"],
-                   heldout_by_kind=heldout_by_kind(
-                       (cfg, params, dict(meta, rm_tokenizer=tok_path)), heldout, fmt),
+                   heldout_by_kind=rm_corpus.accuracy_by_kind(heldout, rows),
                    encoding={name: spec for name, spec in layout.items() if spec["kind"] != "exact"},
                    encoded_bytes=os.path.getsize(os.path.join(out_dir, RM_ARRAYS)))
     summary["digests"] = dict(trained_summary.get("digests", {}),
@@ -221,11 +219,6 @@ def keep(policy_dir: str, rm_dir: str | None, results_dir: str, commit: bool) ->
     return dest
 
 
-def _params_digest_of(policy_dir: str) -> str:
-    from coop_jax import hf
-    return rm_corpus.params_digest(hf.load(policy_dir).params)
-
-
 def restore_start_policy(results_dir: str, policy_dir: str) -> bool:
     """Copy the kept start policy to `policy_dir`; False when none is kept. A different one
     already in `policy_dir` (a rebuild on this machine) is an `InputMismatch`."""
@@ -233,7 +226,7 @@ def restore_start_policy(results_dir: str, policy_dir: str) -> bool:
     if not os.path.exists(os.path.join(kept, "config.json")):
         return False
     if os.path.exists(os.path.join(policy_dir, "config.json")):
-        mine, theirs = _params_digest_of(policy_dir), _params_digest_of(kept)
+        mine, theirs = rm_corpus.policy_digest(policy_dir), rm_corpus.policy_digest(kept)
         if mine != theirs:
             raise InputMismatch(
                 f"{policy_dir} holds another start policy (parameter digest {mine}) than the kept "

@@ -150,7 +150,7 @@ def static_rm_data(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     policies, policy_records, start = [], [], None
     if specs:
         start = {"settings": rm_corpus.digest(rm_corpus.sft_settings(config, config.seed)),
-                 "params": rm_corpus.params_digest(hf.load(policy_dir).params)}
+                 "params": rm_corpus.policy_digest(policy_dir)}
         policy_records = records[:e.get("corpus_sft_questions", 0) or len(records)]
         policies = rm_corpus.sft_generators(
             config, policy_records, specs, start=start, out_dir=out_dir,
@@ -166,11 +166,7 @@ def heldout_by_kind(rm: tuple, heldout: list[dict], fmt: RMInputFormat) -> dict:
     cfg, params, meta = rm
     tokenizer = load_tokenizer(meta.get("rm_tokenizer") or None)
     _, rows = evaluate_reward_model(params, cfg, tokenizer, heldout, fmt=fmt)
-    out: dict[str, dict] = {}
-    for t, row in zip(heldout, rows):
-        kind = solution_error_kind(t["question"], t["reference"], t["completion"])
-        out.setdefault(kind, []).append(row["correct"])
-    return {k: {"n": len(v), "accuracy": float(np.mean(v))} for k, v in sorted(out.items())}
+    return rm_corpus.accuracy_by_kind(heldout, rows)
 
 
 def file_digest(path: str) -> str:
@@ -344,8 +340,7 @@ def start_policy(config, workdir: str, results_dir: str, commit: bool) -> str:
     if results_dir and rebuild and plan_inputs.restore_start_policy(results_dir, policy_dir):
         return policy_dir  # the rebuild is the kept start policy (else InputMismatch)
     if results_dir:  # results kept before the inputs were: they must be this start's
-        results_page.check_start_policy(rm_corpus.params_digest(hf.load(policy_dir).params),
-                                        results_dir)
+        results_page.check_start_policy(rm_corpus.policy_digest(policy_dir), results_dir)
         plan_inputs.keep(policy_dir, None, results_dir, commit)
     return policy_dir
 

@@ -112,6 +112,22 @@ def params_digest(params) -> str:
     return h.hexdigest()[:16]
 
 
+def policy_digest(policy_dir: str) -> str:
+    """`params_digest` of the policy saved as an HF folder in `policy_dir`."""
+    from coop_jax import hf
+    return params_digest(hf.load(policy_dir).params)
+
+
+def accuracy_by_kind(triples: Sequence[dict], rows: Sequence[dict]) -> dict:
+    """An RM's accuracy on each kind of triple (correct, final_mismatch, ...), from the per-triple
+    rows of `rm_scoring.evaluate_reward_model`."""
+    out: dict[str, list] = {}
+    for t, row in zip(triples, rows):
+        kind = solution_error_kind(t["question"], t["reference"], t["completion"])
+        out.setdefault(kind, []).append(row["correct"])
+    return {k: {"n": len(v), "accuracy": float(np.mean(v))} for k, v in sorted(out.items())}
+
+
 def sft_settings(config, seed: int, **sft) -> dict:
     """What decides a character SFT policy: the model and data sections, the sft section with
     `sft` overrides, and the seed (`reward_hacking.sft_policy` trains the start with
