@@ -611,3 +611,13 @@ def model_config(section: ml_collections.ConfigDict, vocab_size: int | None = No
         max_position_embeddings=section.max_position_embeddings, num_labels=num_labels,
         family=section.family, param_dtype=section.param_dtype, dtype=section.dtype,
         remat=section.remat, scan_layers=section.scan_layers)
+
+
+def load_config_file(path: str) -> ml_collections.ConfigDict:
+    """`get_config()` of a config file as written (no command-line overrides)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("coop_jax_config_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()

@@ -657,7 +657,7 @@ def check_paths(config) -> None:
                                  config.cooper.assistant_hf_path)
 
 
-def _log_with_times() -> None:
+def log_with_times() -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
@@ -680,7 +680,7 @@ def main(argv: list[str]) -> dict:
     with console.usage_errors():
         validate_config(config)
     check_paths(config)
-    _log_with_times()
+    log_with_times()
     parallel.maybe_initialize_distributed(config.mesh)
     with console.usage_errors():  # the mesh's and the hosts' checks
         validate_config(config, jax.device_count(), jax.process_count())

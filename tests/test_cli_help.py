@@ -1,4 +1,4 @@
-"""The six console scripts for a new user: `--help` lists each command's own flags, `--print_config`
+"""The console scripts (and the reward-hacking driver) for a new user: `--help` lists each command's own flags, `--print_config`
 shows every field's value, default and description, and user-input errors are one line on
 stderr with status 2 (coop_jax.console)."""
 import os
@@ -13,10 +13,12 @@ from coop_jax import console, export, train
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
+from coop_jax.experiments import reward_hacking
 from coop_jax.rm_train import cli as rm_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT = str(ROOT / "configs" / "default.py")
+HACKING = str(ROOT / "configs" / "toy_hacking.py")
 # command -> (its main(argv), flags its --help must list)
 COMMANDS = {
     "coop-train": (train.main, ["--config=FILE", "--config.FIELD=VALUE", "--workdir",
@@ -29,6 +31,9 @@ COMMANDS = {
     "coop-export": (export.main, ["--checkpoint", "--out", "--which", "--step"]),
     "coop-rephrase": (rephrase.main, ["--config.dataset", "--config.data_dir", "--config.url",
                                       "--config.hf_path", "--[no]print_config"]),
+    "coop_jax.experiments.reward_hacking": (reward_hacking.cli, [
+        "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--[no]commit",
+        "--[no]print_config"]),
 }
 
 
@@ -91,6 +96,7 @@ def test_print_config_shows_value_default_and_description(capsys):
     ("coop-train-rm", ["--config.rm_train.epochs=5"]),
     ("coop-eval", [f"--config={DEFAULT}"]),
     ("coop-rephrase", ["--config.batch_size=4"]),
+    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}"]),
 ])
 def test_print_config_of_the_other_commands(prog, args, capsys):
     assert COMMANDS[prog][0]([prog, *args, "--print_config"]) == {}
@@ -144,6 +150,18 @@ ERRORS = [
     ("coop-rephrase", ["--config.data_dir=/nonexistent", "--config.out_dir=o",
                        "--config.url=http://x"], "config.data_dir='/nonexistent': no such folder"),
     ("coop-report", ["--bogus"], "Unknown command line flag 'bogus'"),
+    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+                                             "--config.experiment.methodz=rule"],
+     "config.experiment.methodz: no such field; did you mean config.experiment.methods?"),
+    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+                                             "--config.experiment.methods=rule,bogus"],
+     "config.experiment.methods: unknown arm 'bogus'"),
+    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+                                             "--config.experiment.seeds=0,x"],
+     "config.experiment.seeds must be non-negative integers"),
+    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+                                             "--config.rollout.group_size=1"],
+     "config.rollout.group_size must be >= 2"),
     ("coop-export", ["--checkpoint=/nonexistent", "--out=o"],
      "--checkpoint: no such folder '/nonexistent'"),
 ]
@@ -174,7 +192,7 @@ def test_other_errors_keep_their_traceback(monkeypatch, tmp_path):
     def broken(config, workdir):
         raise ValueError("a bug")
     monkeypatch.setattr(train, "train", broken)
-    monkeypatch.setattr(train, "_log_with_times", lambda: None)
+    monkeypatch.setattr(train, "log_with_times", lambda: None)
     with pytest.raises(ValueError, match="a bug"):
         train.main(["coop-train", f"--config={DEFAULT}", f"--workdir={tmp_path}"])
 

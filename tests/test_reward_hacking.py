@@ -528,10 +528,50 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
                                  samples_per_question=1, out_dir=str(tmp_path / "g2"))
 
 
-def test_the_page_reports_every_kept_run_not_only_the_selection():
-    kept = ["r/runs/rule_s0", "r/runs/static_rm_s0", "r/runs/cooper_consistent_wrong_s3"]
-    assert reward_hacking._with_kept({"rule": [4], "static_rm": [4]}, kept) == {
-        "rule": [0, 4], "static_rm": [0, 4], "cooper_consistent_wrong": [3]}
+def test_a_one_seed_driver_reports_against_the_whole_plan(tmp_path, monkeypatch):
+    """The results page counts the missing runs of the plan (the config file's own methods and
+    seeds), not of a one-arm or one-seed driver's selection, and reports every kept run."""
+    from coop_jax.config import load_config_file
+    from coop_jax.experiments.arms import expected_runs
+
+    config = reward_hacking_config()
+    results = tmp_path / "results"
+    config.experiment.update(results_dir=str(results), methods="rule", seeds="1",
+                             headroom_max_accuracy=0.0)
+    _fake_stages(monkeypatch, 0.99)
+    ran = _fake_store(monkeypatch, 0.5)
+    os.makedirs(results / "runs" / "static_rm_s0")  # kept by an earlier driver
+    (results / "runs" / "static_rm_s0" / "summary.json").write_text(json.dumps({"seed": 0}))
+    seen = {}
+    monkeypatch.setattr("coop_jax.experiments.hacking_report.write_hacking_report",
+                        lambda dirs, workdir, **kw: seen.update(kw, dirs=dirs) or {})
+    monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
+    plan = expected_runs(load_config_file("configs/toy_hacking.py"))
+    assert sum(map(len, plan.values())) == 23  # 4 arms x 5 seeds + random x 3
+    reward_hacking.main(config, str(tmp_path / "w"), plan=plan)
+    assert ran == [("rule", 1)] and seen["expected"] == plan
+    assert sorted(os.path.basename(d) for d in seen["dirs"]) == ["rule_s1", "static_rm_s0"]
+    reward_hacking.main(config, str(tmp_path / "w"))  # no plan given: the selection
+    assert seen["expected"] == {"rule": [1]}
+
+
+def test_the_driver_reads_its_plan_from_the_config_file(monkeypatch, capsys):
+    """`cli` passes main the config file's own selection, whatever the overrides choose."""
+    seen = {}
+    monkeypatch.setattr(reward_hacking, "main", lambda config, workdir, command, commit, plan:
+                        seen.update(plan=plan, seeds=config.experiment.seeds, command=command)
+                        or {"ok": 1})
+    monkeypatch.setattr(reward_hacking.train, "log_with_times", lambda: None)
+    out = reward_hacking.cli(["reward_hacking", "--config=configs/toy_hacking.py",
+                              "--config.experiment.seeds=0", "--workdir=unused"])
+    assert out == {"ok": 1} and seen["seeds"] == "0"
+    assert seen["plan"]["rule"] == [0, 1, 2, 3, 4] and seen["plan"]["random"] == [0, 1, 2]
+    assert seen["command"].endswith("--config.experiment.seeds=0 --workdir=unused")
+
+
+def test_every_experiment_field_has_a_description():
+    fields = {f"experiment.{k}" for k in reward_hacking_config().experiment}
+    assert fields == set(reward_hacking.EXPERIMENT_FIELD_DOCS)
 
 
 def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):

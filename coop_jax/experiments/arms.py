@@ -25,9 +25,15 @@ def _seeds(value) -> list[int]:
     """`--config.experiment.seeds=0` arrives as an int, `=0,2` or `=(0, 2)` as a tuple or text."""
     if isinstance(value, (int, np.integer)):
         return [int(value)]
-    if isinstance(value, str):
-        return [int(s) for s in value.replace("(", "").replace(")", "").split(",") if s.strip()]
-    return [int(s) for s in value]
+    parts = value.replace("(", "").replace(")", "").split(",") if isinstance(value, str) else value
+    try:
+        seeds = [int(s) for s in parts if str(s).strip()]
+    except (TypeError, ValueError):
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise ValueError(f"config.experiment.seeds must be non-negative integers, e.g. 0,1,2; "
+                         f"got {value!r}")
+    return seeds
 
 
 def _methods(value) -> list[str]:

@@ -418,15 +418,6 @@ def plot_rm_learning_curve(rm_dir: str, batch_size: int) -> list[dict]:
     return rows
 
 
-def _load_config(path: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("coop_jax_report_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
-
-
 def main(argv: Sequence[str] | None = None) -> dict:
     """The report over kept run folders (see the module doc)."""
     import argparse
@@ -450,8 +441,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         parser.error(f"no run folders (with a summary.json) in {args.runs}")
     expected = None
     if args.config:
+        from coop_jax.config import load_config_file
         from coop_jax.experiments.arms import expected_runs
-        expected = expected_runs(_load_config(args.config))
+        expected = expected_runs(load_config_file(args.config))
     return write_hacking_report(run_dirs, args.out, rm_dir=args.rm_dir, expected=expected,
                                 command="python -m coop_jax.experiments.hacking_report "
                                 + shlex.join(argv))

@@ -18,7 +18,6 @@ Runs are named <arm>_s<seed>; an arm is a set of config overrides (ARMS).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -30,6 +29,7 @@ import time
 from absl import flags
 from absl.app import UsageError
 
+from coop_jax.config import load_config_file
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import SyntheticConfig, load_split
 from coop_jax.experiments.real_model_report import write_report
@@ -93,10 +93,7 @@ def _timed(cmd: list[str]) -> list[str]:
 def _questions(config_path: str, n: int) -> dict[str, str]:
     """id -> question of the config's first `n` held-out records (for samples written before
     coop-eval's rows carried the question)."""
-    spec = importlib.util.spec_from_file_location("real_model_config", config_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config()
+    c = load_config_file(config_path)
     records = load_split(c.data.dataset, c.data.eval_split, num_examples=n, seed=int(c.seed),
                          data_dir=c.data.data_dir or None,
                          synthetic=SyntheticConfig(**c.data.synthetic.to_dict()))

@@ -1,5 +1,6 @@
-"""The reward-hacking experiment: rule vs static RM vs Cooper (three negative strategies), all from
-one SFT policy and one static RM, several seeds.
+"""coop_jax.experiments.reward_hacking: the reward-hacking experiment, rule vs static RM vs Cooper
+(three negative strategies) vs a random reward, all from one SFT policy and one static RM, several
+seeds.
 
     python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
         [--config.experiment.methods=cooper_consistent_wrong --config.experiment.seeds=0]
@@ -38,12 +39,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import time
 
 import jax
 import numpy as np
 
-from coop_jax import checkpoint, hf, parallel, rewards, rm_train, sft, train
+from coop_jax import checkpoint, console, hf, parallel, rewards, rm_train, sft, train
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.experiments import hack_probes, plan_inputs, results_page, rm_corpus, run_store
@@ -319,16 +321,6 @@ def run_order(expected: dict[str, list[int]]) -> list[tuple[str, int]]:
     return [(arm, s) for s in seeds for arm, ss in expected.items() if s in ss]
 
 
-def _with_kept(expected: dict[str, list[int]], run_dirs: list[str]) -> dict[str, list[int]]:
-    """`expected` plus the (arm, seed) of every kept run folder (`<arm>_s<seed>`)."""
-    out = {arm: list(seeds) for arm, seeds in expected.items()}
-    for d in run_dirs:
-        arm, _, seed = os.path.basename(d).rpartition("_s")
-        if seed.isdigit() and int(seed) not in out.setdefault(arm, []):
-            out[arm] = sorted(out[arm] + [int(seed)])
-    return out
-
-
 def start_policy(config, workdir: str, results_dir: str, commit: bool) -> str:
     """The plan's SFT start in `<workdir>/sft_policy`: the one kept with the results
     (`plan_inputs`), else trained here and kept."""
@@ -370,9 +362,12 @@ def static_rm_of_plan(config, workdir: str, policy_dir: str, rm_dir: str, result
     return summary
 
 
-def main(config, workdir: str, command: str | None = None, commit: bool = False) -> dict:
+def main(config, workdir: str, command: str | None = None, commit: bool = False,
+         plan: dict[str, list[int]] | None = None) -> dict:
     """The whole experiment (module doc); `commit`: commit each finished run's kept summary
-    (`experiment.results_dir`, `run_store`) as it ends."""
+    (`experiment.results_dir`, `run_store`) as it ends. `plan` (arm -> seeds, default: this
+    driver's selection) is the whole experiment's runs: the results page, which reports every
+    kept run, is PARTIAL while any of them is missing, whatever this driver ran."""
     e = config.experiment
     expected = expected_runs(config)
     results_dir = e.get("results_dir", "")
@@ -403,7 +398,7 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     from coop_jax.experiments.hacking_report import kept_run_dirs, write_hacking_report
     if results_dir:  # the page reports every kept run, not only this driver's selection
         run_dirs = kept_run_dirs(os.path.join(results_dir, "runs"))
-        expected = _with_kept(expected, run_dirs)
+        expected = plan or expected
     report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
                                   expected=expected, command=command)
     if results_dir:
@@ -411,32 +406,83 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False)
     return report
 
 
-def run() -> None:
-    from absl import app, flags
+# the experiment section's fields, for --print_config (configs/toy_hacking.py sets them)
+EXPERIMENT_FIELD_DOCS = {
+    "experiment.methods": f"comma-separated arms to run, of {', '.join(ARMS)}",
+    "experiment.seeds": "comma-separated seeds; every arm runs on each (random: the first "
+                        "random_seeds)",
+    "experiment.random_seeds": "the random arm runs on the first this many seeds (0: all)",
+    "experiment.rm_questions": "training questions the static RM's triples are made from",
+    "experiment.samples_per_question": "policy samples per question for the static RM's triples",
+    "experiment.heldout_fraction": "fraction of those questions held out to score the static RM",
+    "experiment.rm_corpus": f"the static RM's data, one of {list(RM_CORPORA)}",
+    "experiment.corpus_sft_policies": "the offline corpus's character SFT generators, "
+                                      "'seed=S[,corrupt=F][,steps=N]; ...' (none is the start)",
+    "experiment.corpus_sft_questions": "corpus questions each SFT generator is sampled on",
+    "experiment.corpus_sft_samples": "samples per question of each SFT generator",
+    "experiment.headroom_max_accuracy": "rule seed 0 at or above this final accuracy stops the "
+                                        "driver before any RM arm (0: no check)",
+    "experiment.rm_min_accuracy": "the static RM's competence gate: held-out accuracy floor",
+    "experiment.rm_min_auc": "the static RM's competence gate: held-out ROC AUC floor",
+    "experiment.probe_questions": "held-out questions of the hack probes (0: no probes)",
+    "experiment.results_dir": "where each finished run's summary is kept (and committed); a "
+                              "rerun skips the runs kept there",
+    "experiment.rebuild_inputs": "rebuild the start policy and static RM even when kept, and "
+                                 "stop unless they have the kept digests",
+}
+
+
+def define_flags(fv, argv: list[str]) -> None:
+    from absl import flags
     from ml_collections import config_flags
 
-    config_flags.DEFINE_config_file("config", "configs/toy_hacking.py", "experiment config")
-    flags.DEFINE_string("workdir", "runs/hacking", "output folder")
+    config_flags.DEFINE_config_file("config", "configs/toy_hacking.py", "the experiment's config "
+                                    "file (its own methods and seeds are the plan)",
+                                    flag_values=fv, sys_argv=argv)
+    flags.DEFINE_string("workdir", "runs/hacking", "working folder: the start policy, the static "
+                        "RM, every run's checkpoints and the report", flag_values=fv)
     flags.DEFINE_bool("commit", False, "git-commit each finished run's summary folder "
-                      "(config.experiment.results_dir/runs/<arm>_s<seed>) as it ends")
+                      "(config.experiment.results_dir/runs/<arm>_s<seed>) as it ends",
+                      flag_values=fv)
+    console.define_print_config(fv)
 
-    def _main(argv):
-        del argv
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-        from absl import logging as absl_logging
-        absl_logging.set_verbosity(absl_logging.WARNING)
-        import shlex
-        import sys
-        command = "python -m coop_jax.experiments.reward_hacking " + shlex.join(sys.argv[1:])
-        try:
-            report = main(flags.FLAGS.config, flags.FLAGS.workdir, command,
-                          commit=flags.FLAGS.commit)
-        except (run_store.RunStopped, plan_inputs.InputMismatch,
-                results_page.RebuildMismatch, IncompetentRM, NoHeadroom) as stopped:
-            raise SystemExit(f"reward_hacking: {stopped}") from None
-        print(json.dumps(report, indent=2, default=str))
 
-    app.run(_main)
+def check_config(config) -> None:
+    """ValueError naming the field: an unknown arm or a bad seed list, or a setting that
+    `coop-train` would refuse in any arm's run."""
+    for arm in expected_runs(config):
+        train.validate_config(run_config(config, arm, 0, "", "", ""))
+
+
+def cli(argv: list[str]) -> dict:
+    """Parse `argv`, check the config before anything loads, run the experiment (`main`), print
+    and return its report (`--print_config`: print the config, return {})."""
+    from ml_collections import config_flags
+
+    fv = console.parse_flags(define_flags, argv, __doc__)
+    if fv.print_config:
+        console.print_config(fv.config, config_lib.base_config(),
+                             lambda path: EXPERIMENT_FIELD_DOCS.get(path)
+                             or config_lib.field_doc(path))
+        return {}
+    with console.usage_errors():
+        check_config(fv.config)
+        # the plan is the config file's own selection, not a one-arm or one-seed override's
+        plan = expected_runs(config_lib.load_config_file(
+            config_flags.get_config_filename(fv["config"])))
+    train.log_with_times()
+    command = "python -m coop_jax.experiments.reward_hacking " + shlex.join(argv[1:])
+    try:
+        report = main(fv.config, fv.workdir, command, commit=fv.commit, plan=plan)
+    except (run_store.RunStopped, plan_inputs.InputMismatch,
+            results_page.RebuildMismatch, IncompetentRM, NoHeadroom) as stopped:
+        raise SystemExit(f"reward_hacking: {stopped}") from None
+    print(json.dumps(report, indent=2, default=str))
+    return report
+
+
+def run() -> None:
+    console.run_console(cli, "coop_jax.experiments.reward_hacking")
 
 
 if __name__ == "__main__":
