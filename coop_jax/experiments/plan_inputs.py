@@ -28,7 +28,8 @@ import numpy as np
 
 from coop_jax import checkpoint
 from coop_jax.experiments import rm_corpus
-from coop_jax.experiments.run_store import git_commit
+from coop_jax.experiments.results_page import PLAN_FOLDER, STATIC_RM_FILES
+from coop_jax.experiments.run_store import copy_files, git_commit
 
 FOLDER = os.path.join("plan", "inputs")  # under the results folder
 START_POLICY = "start_policy"
@@ -194,9 +195,7 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
     summary["digests"] = dict(trained_summary.get("digests", {}),
                               rm_params=rm_corpus.params_digest(params),
                               base_params=rm_corpus.params_digest(base))
-    for name in ("corpus_manifest.json", "rm_learning_curve.json", "rm_learning_curve.png"):
-        if os.path.exists(os.path.join(trained_dir, name)):
-            shutil.copyfile(os.path.join(trained_dir, name), os.path.join(out_dir, name))
+    copy_files(trained_dir, STATIC_RM_FILES[1:], out_dir, optional=True)
     with open(summary_path, "w") as fh:
         json.dump(summary, fh, indent=2)
     return summary
@@ -211,8 +210,7 @@ def keep(policy_dir: str, rm_dir: str | None, results_dir: str, commit: bool) ->
     dest = inputs_dir(results_dir)
     shutil.copytree(policy_dir, os.path.join(dest, START_POLICY), dirs_exist_ok=True)
     if rm_dir:
-        for name in KEPT_RM_FILES:
-            shutil.copyfile(os.path.join(rm_dir, name), os.path.join(dest, name))
+        copy_files(rm_dir, KEPT_RM_FILES, dest)
     if commit:
         git_commit(dest, "reward-hacking plan: the shared inputs (start policy"
                    + (", static RM" if rm_dir else "") + ")")
@@ -258,14 +256,9 @@ def restore_static_rm(config, results_dir: str, out_dir: str) -> dict | None:
             f"{want}: this machine loads another base from reward_model.hf_path "
             f"({config.reward_model.hf_path}; base digest {rm_corpus.params_digest(base)}, kept "
             f"{summary['digests'].get('base_params')})")
-    os.makedirs(out_dir, exist_ok=True)
-    for name in KEPT_RM_FILES:
-        shutil.copyfile(os.path.join(kept, name), os.path.join(out_dir, name))
-    from coop_jax.experiments.results_page import PLAN_FOLDER, STATIC_RM_FILES
+    copy_files(kept, KEPT_RM_FILES, out_dir)
     static = os.path.join(results_dir, PLAN_FOLDER, "static_rm")  # the report reads these
-    for name in STATIC_RM_FILES[1:]:
-        if os.path.exists(os.path.join(static, name)):
-            shutil.copyfile(os.path.join(static, name), os.path.join(out_dir, name))
+    copy_files(static, STATIC_RM_FILES[1:], out_dir, optional=True)
     with open(os.path.join(kept, RM_META)) as fh:
         _save_rm(params, json.load(fh), tok_path, config, out_dir)
     return summary

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 
-from coop_jax.experiments.run_store import git_commit
+from coop_jax.experiments.run_store import copy_files, git_commit
 
 BEGIN = ("<!-- results of the plan: written by coop_jax.experiments.reward_hacking "
          "(results_page.py); edits here are overwritten -->")
@@ -22,14 +21,6 @@ PLAN_FOLDER = "plan"  # <results_dir>/plan/: the section's figures, report.json,
 FIGURES = ("curves.png", "onpolicy_rm.png", "gold_proxy_vs_kl.png")
 STATIC_RM_FILES = ("rm_summary.json", "corpus_manifest.json", "rm_learning_curve.json",
                    "rm_learning_curve.png")
-
-
-def _copy(src_dir: str, names: tuple[str, ...], dest: str) -> list[str]:
-    os.makedirs(dest, exist_ok=True)
-    copied = [n for n in names if os.path.exists(os.path.join(src_dir, n))]
-    for name in copied:
-        shutil.copyfile(os.path.join(src_dir, name), os.path.join(dest, name))
-    return copied
 
 
 class RebuildMismatch(RuntimeError):
@@ -79,7 +70,7 @@ def keep_static_rm(rm_dir: str, results_dir: str, commit: bool) -> str:
     has the same digests (`check_rebuild`); that folder."""
     dest = os.path.join(results_dir, PLAN_FOLDER, "static_rm")
     check_rebuild(os.path.join(rm_dir, "rm_summary.json"), os.path.join(dest, "rm_summary.json"))
-    _copy(rm_dir, STATIC_RM_FILES, dest)
+    copy_files(rm_dir, STATIC_RM_FILES, dest, optional=True)
     if commit:
         git_commit(dest, "reward-hacking plan: the static RM's corpus manifest and competence")
     return dest
@@ -132,7 +123,7 @@ def publish(workdir: str, results_dir: str, commit: bool) -> str:
     """Merge `<workdir>/report.md` into `<results_dir>/report.md` and copy its figures and
     report.json to `<results_dir>/plan/` (committed when `commit`); the page's path."""
     dest = os.path.join(results_dir, PLAN_FOLDER)
-    _copy(workdir, FIGURES + ("report.json",), dest)
+    copy_files(workdir, FIGURES + ("report.json",), dest, optional=True)
     with open(os.path.join(workdir, "report.md")) as fh:
         section = as_section(fh.read(), PLAN_FOLDER)
     page_path = os.path.join(results_dir, "report.md")

@@ -107,12 +107,20 @@ def _git(folder: str, *args: str, tries: int = 60) -> None:
                        f"{(done.stderr or done.stdout).strip()}")
 
 
+def copy_files(src_dir: str, names: Sequence[str], dest: str, *, optional: bool = False
+               ) -> list[str]:
+    """Copy the files `names` of `src_dir` into `dest` (made if missing); the names copied. A
+    missing one is skipped when `optional`, else FileNotFoundError."""
+    os.makedirs(dest, exist_ok=True)
+    copied = [n for n in names if not optional or os.path.exists(os.path.join(src_dir, n))]
+    for name in copied:
+        shutil.copyfile(os.path.join(src_dir, name), os.path.join(dest, name))
+    return copied
+
+
 def keep(run_dir: str, dest: str, message: str | None) -> None:
     """Copy the run's small files to `dest`, and commit them there when `message` is given."""
-    os.makedirs(dest, exist_ok=True)
-    for name in KEPT_FILES:
-        if os.path.exists(os.path.join(run_dir, name)):
-            shutil.copyfile(os.path.join(run_dir, name), os.path.join(dest, name))
+    copy_files(run_dir, KEPT_FILES, dest, optional=True)
     if message is not None:
         git_commit(dest, message)
 
