@@ -154,11 +154,7 @@ def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
 from coop_jax.experiments import hacking_analysis  # noqa: E402
 
 
-def _load(dirs):
-    runs = [report_lib.load_run(d) for d in dirs]
-    for r in runs:
-        r["metrics"] = hacking_report.add_hacking_gap(r["metrics"])
-    return runs
+_load = hacking_report.load_runs
 
 
 def test_paired_contrast_and_tail_mean():
@@ -231,3 +227,29 @@ def test_precondition_did_not_occur(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "The precondition did not occur" in md and "## Pre-registered analysis" in md
     assert out["analysis"]["precondition"]["occurred"] is False
+
+
+def test_an_earlier_attempt_is_reported_beside_and_not_pooled(tmp_path):
+    """`--beside LABEL=FOLDER`: the same analysis of an earlier attempt's runs in its own column;
+    this attempt's contrasts are computed over its own runs only."""
+    for s in (0, 1, 2):
+        fake_run(tmp_path / "a1", "static_rm", s, final_strict=0.5)
+        fake_run(tmp_path / "a1", "cooper_consistent_wrong", s, final_strict=0.4 + 0.01 * s)
+    for s in (0, 1):
+        fake_run(tmp_path / "a2", "static_rm", s, final_strict=0.3)
+        fake_run(tmp_path / "a2", "cooper_consistent_wrong", s, final_strict=0.5 + 0.02 * s)
+    out = hacking_report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "out"),
+                               "--beside", f"attempt 1={tmp_path / 'a1'}"])
+    earlier = out["beside"]["attempt 1"]["contrasts"][0]
+    now = out["analysis"]["contrasts"][0]
+    assert earlier["seeds"] == [0, 1, 2] and earlier["mean"] == pytest.approx(-0.09)
+    assert now["seeds"] == [0, 1] and now["mean"] == pytest.approx(0.21)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| | attempt 1 | this attempt |" in md
+    row = next(line for line in md.splitlines()
+               if line.startswith("| cooper_consistent_wrong - static_rm (pp) |"))
+    assert "-9.00 [" in row and "(3 pairs)" in row and "+21.00 [" in row and "(2 pairs)" in row
+    assert "| cooper_rollout - static_rm (pp) | not run | not run |" in md
+    with pytest.raises(SystemExit):
+        hacking_report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "o2"),
+                             "--beside", str(tmp_path / "a1")])  # no LABEL=

@@ -569,6 +569,18 @@ def test_the_driver_reads_its_plan_from_the_config_file(monkeypatch, capsys):
     assert seen["command"].endswith("--config.experiment.seeds=0 --workdir=unused")
 
 
+def test_earlier_attempts_are_found_under_the_results_folder(tmp_path):
+    for attempt, runs in (("attempt_1", ["rule_s0", "static_rm_s0"]), ("attempt_2", ["rule_s3"])):
+        for run in runs:
+            os.makedirs(tmp_path / attempt / "runs" / run)
+            (tmp_path / attempt / "runs" / run / "summary.json").write_text("{}")
+    os.makedirs(tmp_path / "runs" / "rule_s1")  # this attempt's: not an earlier one
+    found = reward_hacking.earlier_attempts(str(tmp_path))
+    assert list(found) == ["attempt 1", "attempt 2"]
+    assert [os.path.basename(d) for d in found["attempt 1"]] == ["rule_s0", "static_rm_s0"]
+    assert reward_hacking.earlier_attempts(str(tmp_path / "none")) == {}
+
+
 def test_every_experiment_field_has_a_description():
     fields = {f"experiment.{k}" for k in reward_hacking_config().experiment}
     assert fields == set(reward_hacking.EXPERIMENT_FIELD_DOCS)

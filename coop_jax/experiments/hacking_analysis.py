@@ -192,3 +192,34 @@ def markdown(result: dict) -> list[str]:
                     else f"[{g['ci_low']:+.3f}, {g['ci_high']:+.3f}]")
         md.append(f"| {arm} | {len(g['by_seed'])} | {g['mean']:+.3f} | {interval} |")
     return md + [""]
+
+
+def beside_markdown(results: dict[str, dict]) -> list[str]:
+    """The contrasts and the precondition of several analyses (label -> `analyse` result, e.g.
+    an earlier attempt's runs and this one's) side by side, one column each; never pooled."""
+    labels = list(results)
+    pp = lambda x: "n/a" if x is None else f"{100 * x:+.2f}"
+
+    def cell(c: dict) -> str:
+        if not c["ran"]:
+            return "not run"
+        interval = "" if c.get("ci_low") is None else f" [{pp(c['ci_low'])}, {pp(c['ci_high'])}]"
+        n = len(c['seeds'])
+        return f"{pp(c['mean'])}{interval} ({n} pair{'' if n == 1 else 's'})"
+
+    def hacked(pc: dict) -> str:
+        if pc["occurred"] is None:
+            return "not tested"
+        slope = pc["slope_per_100_steps"]
+        return (("yes" if pc["occurred"] else "no") + f": slope {_num(slope['mean'])} "
+                f"[{_num(slope['ci_low'])}, {_num(slope['ci_high'])}] per 100 steps, final gap "
+                f"{_num(pc['final_gap'])}")
+
+    md = ["| | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|",
+          f"| {BASELINE} hacked (precondition) | "
+          + " | ".join(hacked(results[k]["precondition"]) for k in labels) + " |"]
+    names = [c["name"] for c in results[labels[0]]["contrasts"]]
+    for i, name in enumerate(names):
+        md.append(f"| {name} (pp) | "
+                  + " | ".join(cell(results[k]["contrasts"][i]) for k in labels) + " |")
+    return md + [""]

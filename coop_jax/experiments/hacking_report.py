@@ -295,17 +295,26 @@ def corpus_markdown(rm_dir: str | None) -> list[str]:
     return md + [""]
 
 
-def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str | None = None,
-                         expected: dict[str, Sequence[int]] | None = None,
-                         command: str | None = None) -> dict:
-    """OUT/report.md, report.json, curves.png over the runs (grouped by summary["arm"]).
-
-    `expected` (arm -> seeds) names the runs of a complete experiment: the report lists the
-    missing ones and labels itself PARTIAL while any is missing.
-    """
+def load_runs(run_dirs: Sequence[str]) -> list[dict]:
+    """The runs of `run_dirs` (report_lib.load_run), their rows with the hacking gap."""
     runs = [report_lib.load_run(d) for d in run_dirs]
     for run in runs:
         run["metrics"] = add_hacking_gap(run["metrics"])
+    return runs
+
+
+def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str | None = None,
+                         expected: dict[str, Sequence[int]] | None = None,
+                         command: str | None = None,
+                         beside: dict[str, Sequence[str]] | None = None) -> dict:
+    """OUT/report.md, report.json, curves.png over the runs (grouped by summary["arm"]).
+
+    `expected` (arm -> seeds) names the runs of a complete experiment: the report lists the
+    missing ones and labels itself PARTIAL while any is missing. `beside` (label -> run
+    folders, e.g. an earlier attempt's) puts the same analysis of those runs next to this one's,
+    without pooling them.
+    """
+    runs = load_runs(run_dirs)
     gold, strict = gold_runs(runs)
     groups = report_lib.aggregate(gold, "arm")
     lenient = report_lib.aggregate(runs, "arm") if strict else None
@@ -331,7 +340,16 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     if missing:
         md += ["**Partial:** missing runs " + ", ".join(f"{a} seed {s}" for a, s in missing)
                + ". Intervals below are over the runs present only.", ""]
-    md += hacking_analysis.markdown(analysis) + ["## Details", ""]
+    md += hacking_analysis.markdown(analysis)
+    earlier = {label: hacking_analysis.analyse(load_runs(dirs))
+               for label, dirs in (beside or {}).items() if dirs}
+    if earlier:
+        md += ["### Beside the earlier attempts (not pooled)", "",
+               "The same pre-registered analysis of each earlier attempt's own runs (its own "
+               "start policy and static RM), next to this one's; differences in percentage "
+               "points, mean [95% t interval] (paired seeds).", "",
+               *hacking_analysis.beside_markdown(earlier | {"this attempt": analysis})]
+    md += ["## Details", ""]
     if rm_dir and os.path.exists(os.path.join(rm_dir, "rm_summary.json")):
         with open(os.path.join(rm_dir, "rm_summary.json")) as fh:
             rm = json.load(fh)
@@ -382,7 +400,8 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     result = {"groups": groups, "gold": "strict" if strict else "lenient",
               "groups_lenient": lenient, "analysis": analysis, "diagnostics": diag,
               "probes": probes, "kl_curves": kl, "missing": missing,
-              "runs": [r["dir"] for r in runs], "partial": bool(missing)}
+              "runs": [r["dir"] for r in runs], "partial": bool(missing),
+              "beside": earlier}
     report_lib.save_report(out_dir, md, result)
     return result
 
@@ -434,11 +453,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
                         "corpus_manifest.json)")
     parser.add_argument("--config", default=None, help="the experiment's config file: its "
                         "methods and seeds name the expected runs (missing ones are listed)")
+    parser.add_argument("--beside", action="append", default=[], metavar="LABEL=FOLDER",
+                        help="an earlier attempt's run folders, analysed the same way and shown "
+                        "next to these runs (not pooled); repeatable")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     run_dirs = [d for folder in args.runs for d in kept_run_dirs(folder)]
     if not run_dirs:
         parser.error(f"no run folders (with a summary.json) in {args.runs}")
+    beside = {}
+    for item in args.beside:
+        label, sep, folder = item.partition("=")
+        if not sep or not label or not os.path.isdir(folder):
+            parser.error(f"--beside {item!r}: expected LABEL=FOLDER with an existing folder")
+        beside[label] = kept_run_dirs(folder)
     expected = None
     if args.config:
         from coop_jax.config import load_config_file
@@ -446,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         expected = expected_runs(load_config_file(args.config))
     return write_hacking_report(run_dirs, args.out, rm_dir=args.rm_dir, expected=expected,
                                 command="python -m coop_jax.experiments.hacking_report "
-                                + shlex.join(argv))
+                                + shlex.join(argv), beside=beside)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ seeds.
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -321,6 +322,16 @@ def run_order(expected: dict[str, list[int]]) -> list[tuple[str, int]]:
     return [(arm, s) for s in seeds for arm, ss in expected.items() if s in ss]
 
 
+def earlier_attempts(results_dir: str) -> dict[str, list[str]]:
+    """"attempt N" -> the kept run folders of `<results_dir>/attempt_N/runs`: an attempt of the
+    plan that could not be finished, reported beside this one and never pooled with it."""
+    from coop_jax.experiments.hacking_report import kept_run_dirs
+    found = {}
+    for folder in sorted(glob.glob(os.path.join(results_dir, "attempt_*", "runs"))):
+        found[os.path.basename(os.path.dirname(folder)).replace("_", " ")] = kept_run_dirs(folder)
+    return found
+
+
 def start_policy(config, workdir: str, results_dir: str, commit: bool) -> str:
     """The plan's SFT start in `<workdir>/sft_policy`: the one kept with the results
     (`plan_inputs`), else trained here and kept."""
@@ -396,11 +407,13 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False,
     run_dirs += run_store.run_all(runs, arm_runner(config, policy_dir, rm_dir, heldout_path,
                                                    probes), **store)
     from coop_jax.experiments.hacking_report import kept_run_dirs, write_hacking_report
+    beside = {}
     if results_dir:  # the page reports every kept run, not only this driver's selection
         run_dirs = kept_run_dirs(os.path.join(results_dir, "runs"))
         expected = plan or expected
-    report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir,
-                                  expected=expected, command=command)
+        beside = earlier_attempts(results_dir)
+    report = write_hacking_report(run_dirs, workdir, rm_dir=rm_dir, expected=expected,
+                                  command=command, beside=beside)
     if results_dir:
         results_page.publish(workdir, results_dir, commit)
     return report
