@@ -42,6 +42,8 @@ def test_the_report_goes_below_the_plan_and_a_later_merge_replaces_only_it():
     assert twice.count(results_page.BEGIN) == 1 and "Complete." in twice
     assert "### Runs" not in twice and twice.startswith(plan)
     assert twice.endswith("## The earlier experiment\n\nOld results.\n")
+    again = results_page.merge_below_plan(twice, "## Results of the plan\n\nComplete.")
+    assert again == twice  # republishing the same section changes nothing
     broken = once.replace(results_page.END, "")
     with pytest.raises(ValueError, match="end marker"):
         results_page.merge_below_plan(broken, "x")

@@ -183,6 +183,7 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
     assert not out["partial"] and set(out["groups"]) == {"cooper_consistent_wrong"}
     rm = json.loads((tmp_path / "static_rm" / "rm_summary.json").read_text())
     assert {"heldout_accuracy", "heldout_auc", "heldout_by_kind", "cpu_seconds"} <= set(rm)
+    assert rm["cpu"] == reward_hacking.cpu_model()
     run = tmp_path / "runs" / "cooper_consistent_wrong_s0"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["arm"] == "cooper_consistent_wrong" and summary["method"] == "cooper"
@@ -604,3 +605,16 @@ def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):
     assert os.path.exists(os.path.join(run_store.kept_dir(results, "rule", 0), "summary.json"))
     assert not os.path.exists(run_store.kept_dir(results, "cooper_rollout", 0))
     assert not os.path.exists(tmp_path / "w" / "runs" / "cooper_rollout_s0" / "summary.json")
+
+
+def test_the_recorded_cpu_tells_vector_widths_apart(tmp_path):
+    def cpuinfo(flags: str) -> str:
+        path = tmp_path / f"cpuinfo_{len(flags)}"
+        core = f"model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 1\nflags\t\t: {flags}\n"
+        path.write_text(core + "\n" + core.replace("model\t\t: 1", "model\t\t: 9"))
+        return str(path)
+
+    assert reward_hacking.cpu_model(cpuinfo("fpu sse2 avx2")) == "AMD EPYC (family 25 model 1, AVX2)"
+    assert (reward_hacking.cpu_model(cpuinfo("fpu avx2 avx512f avx512dq"))
+            == "AMD EPYC (family 25 model 1, AVX-512)")
+    assert reward_hacking.cpu_model(str(tmp_path / "missing")) != ""

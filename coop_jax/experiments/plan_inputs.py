@@ -228,8 +228,9 @@ def restore_start_policy(results_dir: str, policy_dir: str) -> bool:
         if mine != theirs:
             raise InputMismatch(
                 f"{policy_dir} holds another start policy (parameter digest {mine}) than the kept "
-                f"one in {kept} ({theirs}); use a fresh workdir, or move the kept results away "
-                "to start the experiment again")
+                f"one in {kept} ({theirs}); a rebuild (experiment.rebuild_inputs) matches only on "
+                "the CPU kind that built the kept one, since XLA:CPU results differ across CPUs; "
+                "otherwise use a fresh workdir, or move the kept results away to start again")
         return True
     shutil.copytree(kept, policy_dir)
     return True

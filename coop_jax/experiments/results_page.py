@@ -29,9 +29,8 @@ class RebuildMismatch(RuntimeError):
 
 def check_rebuild(rebuilt_path: str, kept_path: str) -> dict:
     """Compare the digests (triples, parameters) of a rebuilt static RM's summary with the kept
-    one's; raise `RebuildMismatch` naming what differs. The weights are not committed, so each
-    new machine rebuilds the RM, and every kept run must have scored against the same one.
-    Returns the digests compared ({} when nothing was kept yet)."""
+    one's; raise `RebuildMismatch` naming what differs: every kept run scored against the kept
+    RM, so a deliberate rebuild (`experiment.rebuild_inputs`) must be that one. Returns the digests compared ({} when nothing was kept yet)."""
     if not os.path.exists(kept_path):
         return {}
     with open(kept_path) as fh:
@@ -112,7 +111,8 @@ def merge_below_plan(page: str, section: str) -> str:
         if END not in rest:
             raise ValueError("the results page has the start marker of the plan's results but "
                              "not the end marker; restore it before merging")
-        return head + block + rest.split(END, 1)[1]
+        tail = rest.split(END, 1)[1].lstrip("\n")  # the blank line is block's, not kept
+        return head + block + ("\n" + tail if tail else "")
     rule = re.search(r"^---\s*$", page, flags=re.MULTILINE)
     if rule is None:
         return page.rstrip("\n") + "\n\n" + block

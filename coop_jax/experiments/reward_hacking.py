@@ -189,7 +189,7 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     cpu = time.process_time()
     summary = rm_train.train_reward_model(config, read_triples(train_path), out_dir,
                                           heldout_triples=heldout)
-    summary["cpu_seconds"] = time.process_time() - cpu
+    summary.update(cpu_seconds=time.process_time() - cpu, cpu=cpu_model())
     rm = checkpoint.load_model(out_dir, "rm")
     summary["heldout_by_kind"] = heldout_by_kind(rm, heldout, rm_train.input_format(config))
     # a rebuild (a later session, a clean clone) is the same static RM when these agree
@@ -272,17 +272,24 @@ def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str =
     return run
 
 
-def cpu_model() -> str:
-    """This machine's CPU (XLA:CPU results differ across CPUs; each run records where it ran)."""
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """This machine's CPU, e.g. "AMD EPYC (family 25 model 17, AVX-512)": XLA:CPU results
+    differ across CPUs, and above all across vector widths, which a bare model name such as
+    "AMD EPYC" does not tell apart; each run records where it ran."""
     import platform
     try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        with open(cpuinfo) as fh:
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines()
+                        if ":" in line)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    info = {k.strip(): v.strip() for k, v in info.items()}
+    flags = set(info.get("flags", "").split())
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    kind = ", ".join(x for x in (f"family {info['cpu family']} model {info['model']}"
+                                 if "cpu family" in info and "model" in info else "", vector) if x)
+    name = info.get("model name") or platform.processor() or platform.machine()
+    return f"{name} ({kind})" if kind else name
 
 
 class NoHeadroom(RuntimeError):
