@@ -183,6 +183,7 @@ class RewardModel(NamedTuple):
     config: Any     # ModelConfig
     params: Any
     tokenizer: Any
+    tokenizer_path: str = ""  # recorded in the run's checkpoints as "rm_tokenizer"
 
 
 def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
@@ -191,7 +192,7 @@ def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
     rm = _reward_model(config, tokenizer, mesh, key)
     cfg, params = with_lora(config.reward_model, rm.config, rm.params, mesh,
                             jax.random.fold_in(key, 4))
-    return RewardModel(cfg, params, rm.tokenizer)
+    return rm._replace(config=cfg, params=params)
 
 
 def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
@@ -204,16 +205,17 @@ def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
                     name == "template" and run_fmt["question_format"] == "question"):
                 log.warning("the RM in %s was trained with input %s=%s, this run uses %s",
                             rm_path, name, trained, run_fmt[name])
-        rm_tokenizer = load_tokenizer(meta.get("rm_tokenizer", meta.get("tokenizer")) or None)
-        return RewardModel(rm_cfg, params, rm_tokenizer)
+        path = meta.get("rm_tokenizer", meta.get("tokenizer")) or ""
+        return RewardModel(rm_cfg, params, load_tokenizer(path or None), path)
     section = config.reward_model
     if not section.hf_path:
         log.warning("reward model starts from random weights (no reward_model.hf_path or "
                     "cooper.rm_checkpoint)")
     rm_cfg, params = build_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
                                  num_labels=1)
-    return RewardModel(rm_cfg, params,
-                       load_tokenizer(section.hf_path) if section.hf_path else tokenizer)
+    if section.hf_path:
+        return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
+    return RewardModel(rm_cfg, params, tokenizer, _tokenizer_path(config))
 
 
 # ---------------------------------------------------------------------- evaluation
@@ -457,8 +459,9 @@ class Trainer:
         meta = {"step": step, "config": self.config.to_dict(),
                 "tokenizer": _tokenizer_path(self.config),
                 "policy_model_config": checkpoint.model_config_to_dict(self.policy_cfg)}
-        if self.rm is not None:
-            meta["rm_model_config"] = checkpoint.model_config_to_dict(self.rm.config)
+        if self.rm is not None:  # the RM's own tokenizer, for whoever loads it from here
+            meta.update(rm_model_config=checkpoint.model_config_to_dict(self.rm.config),
+                        rm_tokenizer=self.rm.tokenizer_path)
         meta.update({f"{m}_base": where for m, where in self.lora_bases().items()})
         return meta | extra
 

@@ -193,6 +193,10 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
     assert "rm_heldout_accuracy" in rows[0] and "pairs/valid" in rows[-1]
     assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()
     assert f"{reward_hacking.cpu_model()} (1)" in (tmp_path / "report.md").read_text()
+    # the run's checkpoint names its RM's tokenizer (SmolLM2's), not the policy's
+    run_rm_meta = checkpoint.load_model(str(run), "rm")[2]
+    static_meta = checkpoint.load_model(str(tmp_path / "static_rm_portable"), "rm")[2]
+    assert run_rm_meta["rm_tokenizer"] == static_meta["rm_tokenizer"] != run_rm_meta["tokenizer"]
     portable = json.loads((tmp_path / "static_rm_portable" / "rm_summary.json").read_text())
     assert portable["trained"]["rm_params"] == rm["digests"]["rm_params"]
     assert set(portable["digests"]) >= {"rm_params", "base_params"}
