@@ -277,6 +277,24 @@ def _fmt(ci: dict) -> str:
     return report_lib._pm(ci, 1.0, 3)
 
 
+def static_rm_markdown(rm_dir: str | None) -> list[str]:
+    """The static RM's competence before RL (rm_summary.json), by kind of held-out triple."""
+    if not rm_dir or not os.path.exists(os.path.join(rm_dir, "rm_summary.json")):
+        return []
+    with open(os.path.join(rm_dir, "rm_summary.json")) as fh:
+        rm = json.load(fh)
+    num = lambda x: "n/a" if x is None else f"{x:.3f}"  # AUC: None with a single class
+    md = [f"Static RM before RL: held-out accuracy {num(rm['heldout_accuracy'])}, ROC AUC "
+          f"{num(rm['heldout_auc'])} on {rm['num_heldout']} fixed held-out triples "
+          f"({rm['num_train']} training triples, {rm['steps']} steps).", ""]
+    if rm.get("heldout_by_kind"):
+        md += ["| held-out kind | n | RM accuracy |", "|---|---|---|"]
+        md += [f"| {k} | {v['n']} | {v['accuracy']:.3f} |"
+               for k, v in rm["heldout_by_kind"].items()]
+        md += [""]
+    return md
+
+
 def corpus_markdown(rm_dir: str | None) -> list[str]:
     """The offline corpus's manifest (`rm_corpus`), when `rm_dir` holds one."""
     path = os.path.join(rm_dir or "", "corpus_manifest.json")
@@ -349,20 +367,7 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
                "start policy and static RM), next to this one's; differences in percentage "
                "points, mean [95% t interval] (paired seeds).", "",
                *hacking_analysis.beside_markdown(earlier | {"this attempt": analysis})]
-    md += ["## Details", ""]
-    if rm_dir and os.path.exists(os.path.join(rm_dir, "rm_summary.json")):
-        with open(os.path.join(rm_dir, "rm_summary.json")) as fh:
-            rm = json.load(fh)
-        num = lambda x: "n/a" if x is None else f"{x:.3f}"  # AUC: None with a single class
-        md += [f"Static RM before RL: held-out accuracy {num(rm['heldout_accuracy'])}, ROC AUC "
-               f"{num(rm['heldout_auc'])} on {rm['num_heldout']} fixed held-out triples "
-               f"({rm['num_train']} training triples, {rm['steps']} steps).", ""]
-        if rm.get("heldout_by_kind"):
-            md += ["| held-out kind | n | RM accuracy |", "|---|---|---|"]
-            md += [f"| {k} | {v['n']} | {v['accuracy']:.3f} |"
-                   for k, v in rm["heldout_by_kind"].items()]
-            md += [""]
-    md += corpus_markdown(rm_dir)
+    md += ["## Details", ""] + static_rm_markdown(rm_dir) + corpus_markdown(rm_dir)
     md += [("Final held-out greedy accuracy under the strict numeric gold "
             "(`final_accuracy_strict`)" if strict else "Final held-out greedy accuracy") +
            " in percent; ± is the half-width of a Student-t 95% interval over seeds (none for a "
