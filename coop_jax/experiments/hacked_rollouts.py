@@ -88,29 +88,27 @@ def summarise(rows: Sequence[dict]) -> dict:
 
 
 def pooled(summaries: Sequence[dict]) -> dict:
-    """Per-arm means over seeds of the numbers `markdown` shows (a missing kind counts 0)."""
-    def mean(get) -> float:
-        vals = [v for v in (get(s) for s in summaries) if v is not None]
-        return float(np.mean(vals)) if vals else float("nan")
+    """Per-arm means over seeds of the numbers `markdown` shows (a missing kind counts 0 in the
+    shares; a kind an RM never saw is left out of its means)."""
+    def mean(values) -> float:
+        return float(np.mean(values)) if len(values) else float("nan")
 
     out = {"seeds": len(summaries),
-           "gold_accuracy": mean(lambda s: s["gold_accuracy"]),
-           "truncated": mean(lambda s: s["truncated"]),
-           "kinds": {k: mean(lambda s: s["kinds"].get(k, 0.0)) for k in ERROR_KINDS}}
+           "gold_accuracy": mean([s["gold_accuracy"] for s in summaries]),
+           "truncated": mean([s["truncated"] for s in summaries]),
+           "kinds": {k: mean([s["kinds"].get(k, 0.0) for s in summaries]) for k in ERROR_KINDS}}
     for rm in RMS:
         views = [s[rm] for s in summaries if rm in s]
         if not views:
             continue
+        with_all_wrong = [v for v in views if v["all_wrong_groups"]]
         out[rm] = {
             "false_accept": float(np.nanmean([v["false_accept"] for v in views])),
-            "all_wrong_groups": float(np.mean([v["all_wrong_groups"] for v in views])),
-            "accepted": {k: mean(lambda s: s.get(rm, {}).get("by_kind", {}).get(k, {})
-                                 .get("accepted")) for k in ERROR_KINDS},
-            "reward": {k: mean(lambda s: s.get(rm, {}).get("by_kind", {}).get(k, {})
-                               .get("reward")) for k in ERROR_KINDS},
-            "first_in_all_wrong": {k: mean(lambda s: s.get(rm, {}).get("first_in_all_wrong", {})
-                                           .get(k, 0.0) if s.get(rm, {}).get("all_wrong_groups")
-                                           else None) for k in ERROR_KINDS}}
+            "all_wrong_groups": mean([v["all_wrong_groups"] for v in views]),
+            **{stat: {k: mean([v["by_kind"][k][stat] for v in views if k in v["by_kind"]])
+                      for k in ERROR_KINDS} for stat in ("accepted", "reward")},
+            "first_in_all_wrong": {k: mean([v["first_in_all_wrong"].get(k, 0.0)
+                                            for v in with_all_wrong]) for k in ERROR_KINDS}}
     return out
 
 

@@ -30,7 +30,8 @@ class RebuildMismatch(RuntimeError):
 def check_rebuild(rebuilt_path: str, kept_path: str) -> dict:
     """Compare the digests (triples, parameters) of a rebuilt static RM's summary with the kept
     one's; raise `RebuildMismatch` naming what differs: every kept run scored against the kept
-    RM, so a deliberate rebuild (`experiment.rebuild_inputs`) must be that one. Returns the digests compared ({} when nothing was kept yet)."""
+    RM, so a deliberate rebuild (`experiment.rebuild_inputs`) must be that one. Returns the
+    digests compared ({} when nothing was kept yet)."""
     if not os.path.exists(kept_path):
         return {}
     with open(kept_path) as fh:

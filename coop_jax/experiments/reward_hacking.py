@@ -279,17 +279,19 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
     import platform
     try:
         with open(cpuinfo) as fh:
-            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines()
-                        if ":" in line)
+            first_cpu = fh.read().split("\n\n")[0].splitlines()
     except OSError:
         return platform.processor() or platform.machine()
-    info = {k.strip(): v.strip() for k, v in info.items()}
+    info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first_cpu
+                                              if ":" in line)}
     flags = set(info.get("flags", "").split())
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
-    kind = ", ".join(x for x in (f"family {info['cpu family']} model {info['model']}"
-                                 if "cpu family" in info and "model" in info else "", vector) if x)
+    kind = []
+    if "cpu family" in info and "model" in info:
+        kind.append(f"family {info['cpu family']} model {info['model']}")
+    if "avx512f" in flags or "avx2" in flags:
+        kind.append("AVX-512" if "avx512f" in flags else "AVX2")
     name = info.get("model name") or platform.processor() or platform.machine()
-    return f"{name} ({kind})" if kind else name
+    return f"{name} ({', '.join(kind)})" if kind else name
 
 
 class NoHeadroom(RuntimeError):
