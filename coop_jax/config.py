@@ -12,6 +12,7 @@ the console scripts' `--print_config` shows).
 from __future__ import annotations
 
 import ml_collections
+from ml_collections.config_dict import placeholder
 
 from coop_jax import data, kernels, rl
 from coop_jax.models.config import DTYPES, ModelConfig
@@ -103,14 +104,18 @@ def base_config() -> ml_collections.ConfigDict:
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
         top_p=1.0, overlap=False))
 
-    # clip_ratio_c: dual-clip PPO's bound on negative-advantage tokens, 3.0 as the references
-    # always apply it (0 = off); it acts only off-policy: several epochs or mini-batches, or
-    # rollout.overlap. aggregation: rl.AGGREGATIONS (token_mean: the exact mini-batch token mean,
-    # current verl's; micro_token_mean / token_sum_norm: the references' per-micro-batch forms)
+    # clip_ratio_c: dual-clip PPO's bound on negative-advantage tokens; unset: 3.0 for the
+    # token-level PPO loss, as the references always apply it there, and none for GSPO or CISPO
+    # (rl.default_clip_ratio_c); 0 = off. It acts only off-policy: several epochs or
+    # mini-batches, or rollout.overlap. aggregation: rl.AGGREGATIONS (token_mean: the exact
+    # mini-batch token mean, current verl's; micro_token_mean / token_sum_norm: the references'
+    # per-micro-batch forms). kl_controller: the KL-in-reward coefficient's rule from step to
+    # step (rl.KL_CONTROLLERS; adaptive: Ziegler et al.'s, with kl_target and kl_horizon)
     c.rl = ml_collections.ConfigDict(dict(
-        advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
-        clip_ratio_c=3.0, ratio_level="token", kl_coef=0.001, kl_estimator="low_var_kl",
-        kl_in_reward=False, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
+        advantage="grpo", aggregation="token_mean", policy_loss="ppo", clip_eps_low=0.2,
+        clip_eps_high=0.2, clip_ratio_c=placeholder(float), ratio_level="token", kl_coef=0.001,
+        kl_estimator="low_var_kl", kl_in_reward=False, kl_controller="fixed", kl_target=0.1,
+        kl_horizon=10000, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
         micro_batches=1,  # gradient accumulation within each mini-batch (lax.scan): same update
         dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
         overlong_factor=1.0,
@@ -324,11 +329,16 @@ FIELD_DOCS: dict[str, str] = {
     "rl.aggregation": "how token losses are averaged into the loss",
     "rl.clip_eps_low": "PPO ratio clip below 1 (1 - eps)",
     "rl.clip_eps_high": "PPO ratio clip above 1 (1 + eps; DAPO clip-higher when > low)",
-    "rl.clip_ratio_c": "dual-clip bound on negative-advantage tokens (0: off)",
+    "rl.policy_loss": "per-token surrogate: ppo (clipped) | cispo (clipped weights)",
+    "rl.clip_ratio_c": "dual-clip bound on negative-advantage tokens (0: off; unset: 3 for "
+                       "token-level ppo, off otherwise)",
     "rl.ratio_level": "importance ratio per token | per sequence (GSPO)",
     "rl.kl_coef": "weight of the KL penalty to the reference policy (0: none)",
     "rl.kl_estimator": "KL estimator",
     "rl.kl_in_reward": "subtract the KL from the rewards instead of adding it to the loss",
+    "rl.kl_controller": "KL-in-reward coefficient: fixed (rl.kl_coef) | adaptive",
+    "rl.kl_target": "adaptive KL controller: the KL it steers toward",
+    "rl.kl_horizon": "adaptive KL controller: its horizon in rollouts",
     "rl.entropy_coef": "entropy bonus weight",
     "rl.ppo_epochs": "passes over each step's rollouts",
     "rl.num_minibatches": "optimizer updates per pass (divides the step's rows)",
@@ -420,6 +430,22 @@ def _positive(value, field, allow_zero=False):
     if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"config.{field} must be {bound}, got {value!r}")
+
+
+def _validate_policy_loss(r) -> None:
+    _one_of(r.policy_loss, tuple(rl.POLICY_LOSSES), "rl.policy_loss")
+    if r.policy_loss == "cispo" and r.ratio_level != "token":
+        raise ValueError("config.rl.policy_loss='cispo' weighs tokens: it needs "
+                         f"rl.ratio_level='token', got {r.ratio_level!r}")
+    if r.clip_ratio_c is not None and r.clip_ratio_c != 0 and not r.clip_ratio_c > 1:
+        raise ValueError(f"config.rl.clip_ratio_c must be 0 (off) or > 1, got {r.clip_ratio_c!r}")
+    _one_of(r.kl_controller, tuple(rl.KL_CONTROLLERS), "rl.kl_controller")
+    if r.kl_controller != "fixed":
+        if not r.kl_in_reward:
+            raise ValueError(f"config.rl.kl_controller={r.kl_controller!r} steers the KL in the "
+                             "reward: it needs rl.kl_in_reward=True")
+        _positive(r.kl_target, "rl.kl_target")
+        _positive(r.kl_horizon, "rl.kl_horizon")
 
 
 def _validate_lora(lora, field: str) -> None:
@@ -515,6 +541,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _one_of(c.rl.aggregation, tuple(rl.AGGREGATIONS), "rl.aggregation")
     _one_of(c.rl.kl_estimator, tuple(rl.KL_ESTIMATORS), "rl.kl_estimator")
     _one_of(c.rl.ratio_level, ("token", "sequence"), "rl.ratio_level")
+    _validate_policy_loss(c.rl)
     _one_of(c.rl.overlong, tuple(rl.OVERLONG), "rl.overlong")
     _positive(c.rl.kl_coef, "rl.kl_coef", allow_zero=True)
     _positive(c.rl.ppo_epochs, "rl.ppo_epochs")

@@ -157,6 +157,8 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
         num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
         kl_in_reward=c.rl.kl_in_reward, kl_coef_in_reward=c.rl.kl_coef,
+        kl_controller=c.rl.kl_controller, kl_target=c.rl.kl_target,
+        kl_horizon=float(c.rl.kl_horizon),
         kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
         log_kl_to_start=c.rl.log_kl_to_start,
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
@@ -386,9 +388,12 @@ class Trainer:
         ref = jax.tree_util.tree_map(jnp.copy, policy_params) if needs_ref else None
         policy_base, policy = lora.split(policy_params, self.policy_cfg)
         rm_base, rm = lora.split(self.rm.params, self.rm.config) if self.rm else (None, None)
+        moving_kl = self.config.rl.kl_in_reward and self.config.rl.kl_controller != "fixed"
         return place_state(init_state(policy, self.tx, ref_params=ref, rm_params=rm,
                                       rm_tx=self.rm_tx, policy_base=policy_base,
-                                      rm_base=rm_base), self.mesh)
+                                      rm_base=rm_base,
+                                      kl_coef=self.config.rl.kl_coef if moving_kl else None),
+                           self.mesh)
 
     def lora_bases(self) -> dict[str, str]:
         """Where each LoRA base comes from ({"policy": "checkpoint" or its hf_path, "rm": ...}):

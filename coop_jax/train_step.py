@@ -4,7 +4,8 @@
     old, ref    <- log-probs of the rollouts under the policy before the update (or, when the batch
                    carries `behaviour` log-probs, the sampler's, with no forward pass when they
                    come with their entropies) and under the reference
-    advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt
+    advantages  <- group-relative (GRPO / Dr.GRPO / RLOO) over the G rollouts of each prompt, or
+                   REINFORCE++'s batch-whitened ones
     policy      <- PPO epochs x minibatches (lax.scan) of the clipped loss, AdamW
     RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
 
@@ -43,6 +44,9 @@ class TrainState(flax.struct.PyTreeNode):
     # `rm.params` (and their AdamW state) are then only the trainable part (`models.lora.split`)
     policy_base: Any = None
     rm_base: Any = None
+    # the KL-in-reward coefficient when a controller moves it (`rl.kl_controller` adaptive);
+    # None: the fixed `StepConfig.kl_coef_in_reward`
+    kl_coef: Any = None
 
     def policy_weights(self):
         """The policy's full parameter tree (the base with its adapters under LoRA)."""
@@ -79,6 +83,10 @@ class StepConfig:
     # LoRA: the KL reference is the policy's frozen base (`TrainState.policy_base`), no copy
     kl_to_base: bool = False
     kl_coef_in_reward: float = 0.0  # with kl_in_reward: reward -= coef * sum_t KL_t
+    # with a moving coefficient (`TrainState.kl_coef`): its rule (rl.KL_CONTROLLERS) and options
+    kl_controller: str = "fixed"
+    kl_target: float = 0.1
+    kl_horizon: float = 10000.0
     log_kl_to_start: bool = False  # the reference is the start policy: log KL to it (`kl_to_start`)
     device_reward: str = "batch"  # a DEVICE_REWARDS name: how the step computes rewards
     reward_options: Options = Options()  # its declared parameters
@@ -307,12 +315,29 @@ def kl_to_start(old_logp: Array, ref_logp: Array, mask: Array) -> dict:
             "kl_to_start_seq": (k1 * m).sum(-1).mean()}
 
 
+def _kl_in_reward(state: TrainState, cfg: StepConfig, batch: TrainBatch, rewards, old_logp,
+                  ref_logp, metrics: dict) -> tuple[Array, Array | None]:
+    """(rewards - coef * sum_t KL_t, the next step's coefficient): the coefficient is the
+    state's when a controller moves it, which then reads this step's KL (verl's
+    `apply_kl_penalty`: the pre-update coefficient, the rollouts' mean token KL)."""
+    kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
+    coef = cfg.kl_coef_in_reward if state.kl_coef is None else state.kl_coef
+    current = rl.reward_kl(kl, batch.mask)
+    metrics.update(kl_reward_penalty=current, kl_reward_coef=jnp.asarray(coef, jnp.float32))
+    new_coef = state.kl_coef
+    if state.kl_coef is not None:
+        new_coef = rl.KL_CONTROLLERS[cfg.kl_controller](
+            state.kl_coef, current, batch.mask.shape[0], cfg.kl_target, cfg.kl_horizon)
+    return rl.fold_kl_into_rewards(rewards, kl, batch.mask, coef), new_coef
+
+
 def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_tx=None
                ) -> tuple[TrainState, StepOutputs]:
     """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
     `jit_step`)."""
     rewards, metrics, rm_scores = compute_rewards(state, cfg, batch)
     old_logp, entropy = _old_logprobs(state, cfg, batch)
+    kl_coef = state.kl_coef
     ref_logp = None
     ref, ref_model = state.ref_params, None
     if cfg.kl_to_base:
@@ -320,8 +345,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     if ref is not None:
         ref_logp = jax.lax.stop_gradient(_logprobs(ref, cfg, batch, ref_model)[0])
         if cfg.kl_in_reward:
-            kl = rl.kl_penalty(cfg.loss.kl_estimator, old_logp, ref_logp)
-            rewards = rl.fold_kl_into_rewards(rewards, kl, batch.mask, cfg.kl_coef_in_reward)
+            rewards, kl_coef = _kl_in_reward(state, cfg, batch, rewards, old_logp, ref_logp,
+                                             metrics)
         if cfg.log_kl_to_start:
             metrics.update(kl_to_start(old_logp, ref_logp, batch.mask))
     # a reference kept only for logging stays out of the loss (no "kl" term or metric)
@@ -329,7 +354,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
         else ref_logp
     rewards = rewards + batch.reward_bonus  # e.g. overlong shaping, computed on host
     groups = rewards.reshape(-1, cfg.group_size)
-    advantages = rl.compute_advantages(cfg.advantage, groups,
+    tokens = jnp.sum(batch.mask > 0, axis=-1).reshape(groups.shape)  # REINFORCE++'s weights
+    advantages = rl.compute_advantages(cfg.advantage, groups, tokens=tokens,
                                        **cfg.advantage_options).reshape(-1)
 
     policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp, loss_ref)
@@ -344,19 +370,21 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
         # the updated RM on the same rollouts: does the co-trained RM follow the policy?
         rm_scores_after = models.reward_scores(lora.combine(state.rm_base, rm.params), cfg.rm,
                                                batch.rm.tokens, batch.rm.mask)
-    return (state.replace(step=state.step + 1, policy=policy, rm=rm),
+    return (state.replace(step=state.step + 1, policy=policy, rm=rm, kl_coef=kl_coef),
             StepOutputs(metrics, rm_scores, rm_scores_after))
 
 
 def init_state(policy_params, tx, *, ref_params=None, rm_params=None, rm_tx=None,
-               policy_base=None, rm_base=None) -> TrainState:
+               policy_base=None, rm_base=None, kl_coef: float | None = None) -> TrainState:
     """`policy_params` / `rm_params`: what trains (the adapters under LoRA, with the frozen
-    `policy_base` / `rm_base`); the optimizers' state covers only them."""
+    `policy_base` / `rm_base`); the optimizers' state covers only them. `kl_coef`: the
+    KL-in-reward coefficient's start when a controller moves it (else None)."""
     rm = None
     if rm_params is not None:
         rm = ModelState(rm_params, rm_tx.init(rm_params) if rm_tx is not None else None)
     return TrainState(jnp.zeros((), jnp.int32), ModelState(policy_params, tx.init(policy_params)),
-                      ref_params, rm, policy_base, rm_base)
+                      ref_params, rm, policy_base, rm_base,
+                      None if kl_coef is None else jnp.asarray(kl_coef, jnp.float32))
 
 
 def place_state(state: TrainState, mesh) -> TrainState:

@@ -111,6 +111,18 @@ def test_state_without_ref_or_rm(tmp_path):
     ckpt.close()
 
 
+def test_a_moving_kl_coefficient_is_saved_and_restored(tmp_path):
+    # rl.kl_controller=adaptive keeps the KL-in-reward coefficient in the state: a resumed run
+    # goes on from the coefficient it had reached, not from rl.kl_coef
+    state = small_state(5).replace(ref_params=None, rm=None, kl_coef=np.float32(0.0123))
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    ckpt.save(5, state, {"step": 5})
+    restored, _ = ckpt.restore(state.replace(kl_coef=np.float32(0.5)))
+    assert float(restored.kl_coef) == np.float32(0.0123)
+    assert float(ckpt.load_item("kl_coef", 5)["coef"]) == np.float32(0.0123)
+    ckpt.close()
+
+
 def test_host_items_round_trip_as_numpy(tmp_path):
     """`save(host_items=...)`: further numpy trees (rollout.overlap's pending rollouts) beside the
     state, read back alone by `load_host_item`."""

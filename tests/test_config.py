@@ -79,9 +79,18 @@ def test_reference_defaults_dual_clip_exact_votes_and_the_reference_keep_rule():
     from coop_jax import rl
     c = config_lib.base_config()
     # dual-clip PPO at 3.0 as the references always apply it; 0 turns it off
-    assert rl.LossConfig.from_config(c.rl).clip_ratio_c == 3.0
+    assert c.rl.clip_ratio_c is None and rl.LossConfig.from_config(c.rl).clip_ratio_c == 3.0
     c.rl.clip_ratio_c = 0.0
     assert rl.LossConfig.from_config(c.rl).clip_ratio_c is None
+    c.rl.clip_ratio_c = None
+    # GSPO and CISPO have no dual clip unless one is asked for
+    c.rl.ratio_level = "sequence"
+    assert rl.LossConfig.from_config(c.rl).clip_ratio_c is None
+    c.rl.clip_ratio_c = 2.5
+    assert rl.LossConfig.from_config(c.rl).clip_ratio_c == 2.5
+    c.rl.update(clip_ratio_c=None, ratio_level="token", policy_loss="cispo")
+    assert rl.LossConfig.from_config(c.rl).clip_ratio_c is None
+    c.rl.policy_loss = "ppo"
     assert c.reward.vote_match == "exact" and c.cooper.negative_check == "reference"
     c.reward.vote_match = "fuzzy"
     c.reward.type = "majority_vote"
@@ -91,3 +100,29 @@ def test_reference_defaults_dual_clip_exact_votes_and_the_reference_keep_rule():
     c.cooper.negative_check = "strict"
     with pytest.raises(ValueError, match="config.cooper.negative_check must be one of"):
         validate_config(c)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(policy_loss="a2c"), r"config\.rl\.policy_loss must be one of \['ppo', 'cispo'\]"),
+    (dict(policy_loss="cispo", ratio_level="sequence"), r"rl\.policy_loss='cispo'.*ratio_level"),
+    (dict(clip_ratio_c=0.5), r"config\.rl\.clip_ratio_c must be 0 \(off\) or > 1, got 0\.5"),
+    (dict(kl_controller="pid"), r"config\.rl\.kl_controller must be one of"),
+    (dict(kl_controller="adaptive"), r"rl\.kl_controller='adaptive'.*rl\.kl_in_reward=True"),
+    (dict(kl_controller="adaptive", kl_in_reward=True, kl_target=0.0),
+     r"config\.rl\.kl_target must be > 0"),
+    (dict(kl_controller="adaptive", kl_in_reward=True, kl_horizon=-5),
+     r"config\.rl\.kl_horizon must be > 0"),
+    (dict(advantage="ppo"), r"config\.rl\.advantage must be one of .*reinforce_plus_plus"),
+])
+def test_rl_options_are_checked_with_the_field_named(overrides, message):
+    c = config_lib.base_config()
+    c.rl.update(**overrides)
+    with pytest.raises(ValueError, match=message):
+        validate_config(c)
+
+
+def test_the_new_rl_options_validate():
+    c = config_lib.base_config()
+    c.rl.update(policy_loss="cispo", advantage="reinforce_plus_plus_baseline",
+                kl_estimator="k3+", kl_in_reward=True, kl_controller="adaptive")
+    validate_config(c)

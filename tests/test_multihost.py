@@ -54,6 +54,16 @@ def _rows(workdir) -> list[dict]:
     return read_jsonl(os.path.join(workdir, "metrics.jsonl"))
 
 
+def _assert_same_value(key: str, step, va, vb, rel: float) -> None:
+    # An undefined metric (an on-policy AUC of a one-class batch, ...) is logged as None; which
+    # one is None depends on what the CPU sampled, so None equals None and nothing else.
+    if va is None or vb is None:
+        assert va is None and vb is None, (
+            f"step {step}: {key} is {va!r} in one run, {vb!r} in the other")
+        return
+    assert va == pytest.approx(vb, rel=rel, abs=NEAR_ZERO.get(key, 1e-6)), (step, key, va, vb)
+
+
 def _assert_same_metrics(a: list[dict], b: list[dict], rel: float = 1e-3) -> None:
     assert [r["step"] for r in a] == [r["step"] for r in b]
     for ra, rb in zip(a, b):
@@ -61,8 +71,16 @@ def _assert_same_metrics(a: list[dict], b: list[dict], rel: float = 1e-3) -> Non
         kb = {k: v for k, v in rb.items() if not k.startswith(VOLATILE)}
         assert ka.keys() == kb.keys(), (ra["step"], set(ka) ^ set(kb))
         for k in ka:
-            assert ka[k] == pytest.approx(kb[k], rel=rel, abs=NEAR_ZERO.get(k, 1e-6)), (
-                ra["step"], k)
+            _assert_same_value(k, ra["step"], ka[k], kb[k], rel)
+
+
+def test_metric_comparison_takes_none_as_equal_and_names_a_none_against_a_number():
+    _assert_same_metrics([{"step": 1, "rm/auc": None, "loss": 0.5}],
+                         [{"step": 1, "rm/auc": None, "loss": 0.5 + 1e-5}])
+    with pytest.raises(AssertionError, match="step 1: rm/auc is None in one run, 0.75 in"):
+        _assert_same_metrics([{"step": 1, "rm/auc": None}], [{"step": 1, "rm/auc": 0.75}])
+    with pytest.raises(AssertionError, match="loss"):
+        _assert_same_metrics([{"step": 1, "loss": 0.5}], [{"step": 1, "loss": 0.6}])
 
 
 def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):

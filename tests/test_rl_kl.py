@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from coop_jax.rl import KL_ESTIMATORS, fold_kl_into_rewards, kl_penalty
+from coop_jax.rl import KL_CONTROLLERS, KL_ESTIMATORS, fold_kl_into_rewards, kl_penalty, reward_kl
 
 LN2 = math.log(2.0)
 # log r = logp - ref_logp = (-ln 2, 0, 1)
@@ -23,6 +23,9 @@ REF = jnp.array([LN2, -1.0, 0.0])
         ("k3_unclamped", [1.0 - LN2, 0.0, math.exp(-1.0)]),
         ("k3", [1.0 - LN2, 0.0, math.exp(-1.0)]),
         ("low_var_kl", [1.0 - LN2, 0.0, math.exp(-1.0)]),
+        ("abs", [LN2, 0.0, 1.0]),
+        ("k1+", [-LN2, 0.0, 1.0]),
+        ("k3+", [1.0 - LN2, 0.0, math.exp(-1.0)]),
     ],
 )
 def test_estimators_hand_numbers(name, expected):
@@ -64,4 +67,38 @@ def test_errors():
         kl_penalty("k1", LOGP, REF[:2])
     with pytest.raises(ValueError, match="rewards must be"):
         fold_kl_into_rewards(jnp.ones(3), jnp.ones((2, 2)), jnp.ones((2, 2)), 0.1)
-    assert set(KL_ESTIMATORS) == {"k1", "k2", "k3", "k3_unclamped", "low_var_kl"}
+    assert set(KL_ESTIMATORS) == {"k1", "k2", "k3", "k3_unclamped", "low_var_kl", "abs", "k1+",
+                                  "k3+"}
+
+
+@pytest.mark.parametrize("name", ["k1+", "k3+"])
+def test_straight_through_estimators_take_the_gradient_of_k2(name):
+    # d/dlogp of 1/2 (logp - ref)^2 is log r = (-ln 2, 0, 1), whatever the value's estimator
+    grad = jax.grad(lambda lp: kl_penalty(name, lp, REF).sum())(LOGP)
+    np.testing.assert_allclose(grad, [-LN2, 0.0, 1.0], rtol=1e-6, atol=1e-7)
+    # without the "+": k1's gradient is 1 everywhere, k3's is 1 - exp(-log r)
+    plain = jax.grad(lambda lp: kl_penalty(name[:-1], lp, REF).sum())(LOGP)
+    assert not np.allclose(plain, grad)
+
+
+def test_abs_kl_gradient_is_the_sign():
+    # logp (0, 1) against ref (ln 2, -1): log r = (-ln 2, 2)
+    grad = jax.grad(lambda lp: kl_penalty("abs", lp, REF[:2]).sum())(jnp.array([0.0, 1.0]))
+    np.testing.assert_allclose(grad, [-1.0, 1.0])
+
+
+def test_adaptive_controller_hand_numbers():
+    adaptive = KL_CONTROLLERS["adaptive"]
+    # KL 0.15 against target 0.1: error +0.5 clipped to +0.2; 32 rollouts over a horizon of 100
+    np.testing.assert_allclose(adaptive(0.1, 0.15, 32, 0.1, 100), 0.1 * (1 + 0.2 * 0.32),
+                               rtol=1e-6)
+    # KL 0.09: error -0.1, inside the clip
+    np.testing.assert_allclose(adaptive(0.1, 0.09, 32, 0.1, 100), 0.1 * (1 - 0.1 * 0.32),
+                               rtol=1e-6)
+    assert KL_CONTROLLERS["fixed"](0.1, 5.0, 32, 0.1, 100) == 0.1
+
+
+def test_reward_kl_is_the_mean_of_each_rollouts_token_mean():
+    kl = jnp.array([[0.1, 0.3, jnp.nan], [2.0, 9.0, 9.0]])
+    mask = jnp.array([[1, 1, 0], [1, 0, 0]], bool)
+    np.testing.assert_allclose(reward_kl(kl, mask), (0.2 + 2.0) / 2, rtol=1e-6)

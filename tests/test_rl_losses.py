@@ -23,7 +23,9 @@ MASK = jnp.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], bool)  # ragged; last row em
     "name,max_len,expected",
     [
         ("token_mean", None, (1 + 2 + 4) / 3),
-        ("seq_mean_token_mean", None, (1.5 + 4.0) / 2),  # empty row not counted
+        # the empty row adds 0 and counts among the B = 3 rows (verl's trainer: / the
+        # mini-batch's rows, its global_batch_size), as seq_mean_token_sum
+        ("seq_mean_token_mean", None, (1.5 + 4.0 + 0.0) / 3),
         ("seq_mean_token_sum_norm", None, 7 / (3 * 3)),
         ("seq_mean_token_sum_norm", 4, 7 / (3 * 4)),
     ],
@@ -188,8 +190,7 @@ def _gspo_reference(logp, old, adv, mask, lo, hi):
     lens = mask.sum(-1)
     s = jnp.exp(jnp.sum(mask * (logp - old), -1) / jnp.maximum(lens, 1))
     per_seq = -jnp.minimum(s * adv, jnp.clip(s, lo, hi) * adv)
-    has = lens > 0
-    return jnp.sum(jnp.where(has, per_seq, 0.0)) / jnp.sum(has)
+    return jnp.sum(jnp.where(lens > 0, per_seq, 0.0)) / logp.shape[0]  # / B, empty rows too
 
 
 def test_gspo_matches_sequence_objective():
@@ -199,9 +200,9 @@ def test_gspo_matches_sequence_objective():
     ref_loss, ref_grad = jax.value_and_grad(_gspo_reference)(logp, old, adv, mask, 0.8, 1.2)
     np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-7)
-    # hand: sequence 0 unclipped, grad per valid token = -A s / |y| / (3 sequences)
+    # hand: sequence 0 unclipped, grad per valid token = -A s / |y| / (B = 4 sequences)
     s0 = math.exp(0.05)
-    np.testing.assert_allclose(grad[0], [-s0 / 9] * 3 + [0.0], rtol=1e-5)
+    np.testing.assert_allclose(grad[0], [-s0 / 12] * 3 + [0.0], rtol=1e-5)
     assert np.all(np.asarray(grad[1]) == 0) and np.all(np.asarray(grad[3]) == 0)  # clipped / empty
     np.testing.assert_allclose(m["clip_frac"], 2 / 9, rtol=1e-6)  # both tokens of sequence 1
     tok = LossConfig(aggregation="seq_mean_token_mean", **NO_KL)
@@ -209,14 +210,80 @@ def test_gspo_matches_sequence_objective():
     assert not np.allclose(tok_grad, grad)
 
 
+def _one_sequence(log_s: float, tokens: int = 2):
+    old = jnp.full((1, tokens), -1.0)
+    return old + log_s, old, jnp.ones((1, tokens))
+
+
+def test_gspo_has_no_dual_clip_unless_asked_for():
+    # s = 4.5, A = -1, eps 0.2: the clipped surrogate max(4.5, 1.2) = 4.5 at every token; PPO's
+    # dual clip at c = 3 would bound it to 3 (verl's compute_policy_loss_gspo has none)
+    import ml_collections
+    section = ml_collections.ConfigDict(dict(
+        clip_eps_low=0.2, clip_eps_high=0.2, clip_ratio_c=None, policy_loss="ppo",
+        ratio_level="sequence", aggregation="seq_mean_token_mean", kl_in_reward=False,
+        kl_coef=0.0, kl_estimator="k1", entropy_coef=0.0))
+    cfg = LossConfig.from_config(section)
+    assert cfg.clip_ratio_c is None
+    logp, old, mask = _one_sequence(math.log(4.5))
+    loss, m = policy_loss(logp, old, jnp.array([-1.0]), mask, cfg)
+    np.testing.assert_allclose(loss, 4.5, rtol=1e-6)
+    assert float(m["dual_clip_frac"]) == 0.0
+    asked = dataclasses.replace(cfg, clip_ratio_c=3.0)
+    np.testing.assert_allclose(policy_loss(logp, old, jnp.array([-1.0]), mask, asked)[0], 3.0,
+                               rtol=1e-6)
+    # the token-level PPO loss keeps the references' dual clip by default
+    section.ratio_level = "token"
+    assert LossConfig.from_config(section).clip_ratio_c == 3.0
+    section.clip_ratio_c = 0.0
+    assert LossConfig.from_config(section).clip_ratio_c is None
+
+
+def test_gspo_gradient_is_zero_past_the_cap():
+    cfg = LossConfig(ratio_level="sequence", aggregation="seq_mean_token_mean", **NO_KL)
+    # log s = 12 > 10: the whole log ratio is capped, value A-weighted e^10, gradient 0
+    logp, old, mask = _one_sequence(12.0)
+    fn = _loss_fn(cfg, mask, jnp.array([-1.0]), old)
+    (loss, _), grad = jax.value_and_grad(fn, has_aux=True)(logp)
+    np.testing.assert_allclose(loss, math.exp(10.0), rtol=1e-5)
+    assert np.array_equal(np.asarray(grad), np.zeros((1, 2)))
+    # log s = 9 < 10: d loss / d logp_t = -A s / |y| = e^9 / 2 at each of the 2 tokens
+    logp, old, mask = _one_sequence(9.0)
+    grad = jax.grad(lambda lp: _loss_fn(cfg, mask, jnp.array([-1.0]), old)(lp)[0])(logp)
+    np.testing.assert_allclose(grad, [[math.exp(9.0) / 2] * 2], rtol=1e-5)
+
+
+def test_cispo_hand_example():
+    # log ratios (0.5, 0, -0.5) with eps 0.2: weights clip(rho) = (1.2, 1, 0.8), A = 2,
+    # token_mean over 3 tokens: loss = -(2/3) sum_t w_t logp_t, d/dlogp_t = -2 w_t / 3
+    old = jnp.full((1, 3), -1.0)
+    logp = old + jnp.array([[0.5, 0.0, -0.5]])
+    cfg = LossConfig(policy_loss="cispo", **NO_KL)
+    w = np.array([1.2, 1.0, 0.8])
+    (loss, m), grad = jax.value_and_grad(_loss_fn(cfg, jnp.ones((1, 3)), jnp.array([2.0]), old),
+                                         has_aux=True)(logp)
+    np.testing.assert_allclose(loss, -(2 / 3) * float(np.sum(w * np.asarray(logp[0]))),
+                               rtol=1e-6)
+    np.testing.assert_allclose(grad, [-2 * w / 3], rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac"], 2 / 3, rtol=1e-6)
+    np.testing.assert_allclose(m["clip_frac_high"], 1 / 3, rtol=1e-6)
+    with pytest.raises(ValueError, match="cispo.*ratio_level='token'"):
+        LossConfig(policy_loss="cispo", ratio_level="sequence")
+    with pytest.raises(ValueError, match="policy_loss='a2c'"):
+        LossConfig(policy_loss="a2c")
+
+
 # --- edge cases and jit -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+LOSS_KINDS = [("ppo", "token"), ("ppo", "sequence"), ("cispo", "token")]
+
+
+@pytest.mark.parametrize("policy_loss_name,ratio_level", LOSS_KINDS)
 @pytest.mark.parametrize("aggregation", sorted(AGGREGATIONS))
-def test_fully_masked_batch_is_zero_and_finite(ratio_level, aggregation):
+def test_fully_masked_batch_is_zero_and_finite(policy_loss_name, ratio_level, aggregation):
     logp = jnp.array([[jnp.nan, -jnp.inf], [50.0, 0.0]])
     cfg = LossConfig(ratio_level=ratio_level, aggregation=aggregation, entropy_coef=0.01,
-                     kl_estimator="k3_unclamped")
+                     kl_estimator="k3_unclamped", policy_loss=policy_loss_name)
     adv, mask = jnp.array([1.0, jnp.nan]), jnp.zeros((2, 2))
     ref, ent = jnp.full((2, 2), -jnp.inf), jnp.full((2, 2), jnp.nan)
     fn = lambda lp: policy_loss(  # noqa: E731
@@ -228,10 +295,11 @@ def test_fully_masked_batch_is_zero_and_finite(ratio_level, aggregation):
     assert np.array_equal(np.asarray(grad), np.zeros((2, 2)))
 
 
-@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
-def test_extreme_log_ratio_stays_finite(ratio_level):
+@pytest.mark.parametrize("policy_loss_name,ratio_level", LOSS_KINDS)
+def test_extreme_log_ratio_stays_finite(policy_loss_name, ratio_level):
     logp = jnp.array([[100.0, -1.0], [-100.0, -1.0]])
-    cfg = LossConfig(ratio_level=ratio_level, clip_ratio_c=3.0, **NO_KL)
+    cfg = LossConfig(ratio_level=ratio_level, clip_ratio_c=3.0, policy_loss=policy_loss_name,
+                     **NO_KL)
     for adv in ([0.0, 0.0], [-1.0, 1.0], [1.0, -1.0]):
         (loss, m), grad = jax.value_and_grad(
             _loss_fn(cfg, jnp.ones((2, 2)), jnp.array(adv), jnp.full((2, 2), -1.0)), has_aux=True
@@ -243,7 +311,8 @@ def test_extreme_log_ratio_stays_finite(ratio_level):
 def test_policy_loss_jits():
     logp, old, adv, mask = _gspo_inputs()
     ref, ent = old - 0.1, jnp.ones_like(old)
-    for cfg in (LossConfig(clip_ratio_c=3.0), LossConfig(ratio_level="sequence")):
+    for cfg in (LossConfig(clip_ratio_c=3.0), LossConfig(ratio_level="sequence"),
+                LossConfig(policy_loss="cispo")):
         jitted = jax.jit(policy_loss, static_argnames=("cfg",))
         loss_j, m_j = jitted(logp, old, adv, mask, cfg=cfg, ref_logp=ref, entropy=ent)
         loss_e, m_e = policy_loss(logp, old, adv, mask, cfg, ref_logp=ref, entropy=ent)

@@ -74,9 +74,9 @@ def test_registry_errors_name_the_field_and_the_choices():
 def test_an_advantage_estimator_declares_its_parameter(tmp_path):
     """A scaled GRPO estimator registered here alone: its parameter reaches the step from the
     config through StepConfig.advantage_options."""
-    def scaled_grpo(rewards, eps, scale):
+    def scaled_grpo(rewards, eps, present, tokens, scale):
         """GRPO advantages times a scale."""
-        return rl.ADVANTAGES["grpo"](rewards, eps) * scale
+        return rl.ADVANTAGES["grpo"](rewards, eps, present, tokens) * scale
 
     rl.ADVANTAGES.register("scaled_grpo", scaled_grpo, params={"scale": Param("rl.adv_scale")})
     try:

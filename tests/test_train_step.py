@@ -174,6 +174,37 @@ def test_equal_rewards_give_zero_advantage_and_no_nan():
     _close(new.policy.params, policy, atol=0)
 
 
+@pytest.mark.parametrize("controller", ["fixed", "adaptive"])
+def test_kl_in_reward_and_its_controller(controller):
+    # the reward loses coef * sum_t KL_t under the PRE-update coefficient; the adaptive
+    # controller then moves the state's coefficient by the step's KL (verl's apply_kl_penalty)
+    loss = rl.LossConfig(kl_coef=0.0, kl_estimator="k1")
+    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla",
+                     kl_in_reward=True, kl_coef_in_reward=0.05, kl_controller=controller,
+                     kl_target=1e-4, kl_horizon=200.0)
+    state = _state(False)
+    if controller == "adaptive":
+        state = state.replace(kl_coef=jnp.float32(0.05))
+    batch = _batch(2)
+    new, metrics = jit_step(cfg, TX, donate=False)(state, batch)
+    logp = train_step._logprobs(state.policy_weights(), cfg, batch)[0]
+    ref = train_step._logprobs(state.ref_params, cfg, batch)[0]
+    m = np.asarray(batch.mask, np.float32)
+    kl = np.asarray(logp - ref) * m
+    current = np.mean(kl.sum(-1) / m.sum(-1))
+    np.testing.assert_allclose(metrics["kl_reward_penalty"], current, rtol=1e-4)
+    np.testing.assert_allclose(metrics["kl_reward_coef"], 0.05, rtol=1e-6)
+    expected_reward = np.mean(np.asarray(batch.rewards) - 0.05 * kl.sum(-1))
+    np.testing.assert_allclose(metrics["reward_mean"], expected_reward, rtol=1e-4, atol=1e-7)
+    if controller == "fixed":
+        assert new.kl_coef is None
+    else:
+        error = np.clip(current / 1e-4 - 1, -0.2, 0.2)
+        np.testing.assert_allclose(new.kl_coef, 0.05 * (1 + error * G * PROMPTS / 200.0),
+                                   rtol=1e-5)
+        assert float(new.kl_coef) != 0.05
+
+
 @pytest.mark.parametrize("source", ["hybrid"])
 def test_hybrid_reward_keeps_rule_strata(source):
     cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, device_reward=source, rm=RM,

@@ -14,7 +14,7 @@ from coop_jax import models
 from coop_jax.models import lora
 
 STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "rm_opt_state",
-               "policy_base", "rm_base")
+               "policy_base", "rm_base", "kl_coef")
 
 
 def _items(state, bases: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -22,6 +22,8 @@ def _items(state, bases: tuple[str, ...] = ()) -> dict[str, Any]:
     reward-model-only state). Under LoRA `policy_params` / `rm_params` are the trainable parts;
     `bases` names the frozen bases saved too ("policy_base", "rm_base")."""
     items = {"ref_params": state.ref_params} | {name: getattr(state, name) for name in bases}
+    if getattr(state, "kl_coef", None) is not None:  # orbax saves trees, not a bare scalar
+        items["kl_coef"] = {"coef": state.kl_coef}
     if state.policy is not None:
         items.update(policy_params=state.policy.params, policy_opt_state=state.policy.opt_state)
     if state.rm is not None:
@@ -114,6 +116,8 @@ class Checkpointer:
         new = state.replace(step=jax.numpy.asarray(step, jax.numpy.int32),
                             policy=policy, ref_params=out.get("ref_params", state.ref_params),
                             **{name: out[name] for name in bases})
+        if "kl_coef" in out:
+            new = new.replace(kl_coef=out["kl_coef"]["coef"])
         if state.rm is not None:
             new = new.replace(rm=state.rm.replace(params=out["rm_params"],
                                                   opt_state=out["rm_opt_state"]))

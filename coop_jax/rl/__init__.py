@@ -1,16 +1,31 @@
 """RL maths for the GRPO family: advantages, KL, policy loss, overlong handling, dynamic sampling.
 
-Each option is a small pure function registered by name (ADVANTAGES, KL_ESTIMATORS, AGGREGATIONS,
-RATIO_LEVELS, OVERLONG) and chosen by a config string.
+Each option is a small pure function registered by name (ADVANTAGES, KL_ESTIMATORS,
+KL_CONTROLLERS, POLICY_LOSSES, AGGREGATIONS, RATIO_LEVELS, OVERLONG) and chosen by a config
+string. `tests/test_rl_verl_parity.py` compares them with verl's own `core_algos`.
 """
-from coop_jax.rl.advantages import ADVANTAGES, compute_advantages
+from coop_jax.rl.advantages import (
+    ADVANTAGES,
+    compute_advantages,
+    constant_groups,
+    group_layout,
+    ragged_advantages,
+)
 from coop_jax.rl.dynamic_sampling import fill_batch, informative_groups
-from coop_jax.rl.kl import KL_ESTIMATORS, fold_kl_into_rewards, kl_penalty
+from coop_jax.rl.kl import (
+    KL_CONTROLLERS,
+    KL_ESTIMATORS,
+    fold_kl_into_rewards,
+    kl_penalty,
+    reward_kl,
+)
 from coop_jax.rl.losses import (
     AGGREGATIONS,
+    POLICY_LOSSES,
     RATIO_LEVELS,
     LossConfig,
     aggregate,
+    default_clip_ratio_c,
     loss_normalisers,
     part_weights,
     policy_loss,
@@ -26,15 +41,20 @@ from coop_jax.rl.overlong import (
 __all__ = [
     "ADVANTAGES",
     "AGGREGATIONS",
+    "KL_CONTROLLERS",
     "KL_ESTIMATORS",
     "OVERLONG",
+    "POLICY_LOSSES",
     "RATIO_LEVELS",
     "LossConfig",
     "aggregate",
     "apply_overlong",
     "compute_advantages",
+    "constant_groups",
+    "default_clip_ratio_c",
     "fill_batch",
     "fold_kl_into_rewards",
+    "group_layout",
     "informative_groups",
     "kl_penalty",
     "loss_normalisers",
@@ -42,5 +62,7 @@ __all__ = [
     "overlong_reward_penalty",
     "part_weights",
     "policy_loss",
+    "ragged_advantages",
+    "reward_kl",
     "weigh_metrics",
 ]

@@ -22,14 +22,17 @@ import numpy as np
 Batch = dict[str, np.ndarray]
 
 
-def informative_groups(rewards: np.ndarray, atol: float = 1e-6) -> np.ndarray:
-    """Bool [n]: True where the rewards of the group (row) are not all equal (spread > atol)."""
+def informative_groups(rewards: np.ndarray) -> np.ndarray:
+    """Bool [n]: True where the rewards of the group (row) are not all equal. Exact equality,
+    no tolerance: the rule under which the advantage estimators give a group exactly 0
+    (`rl.advantages.constant_groups`), so a kept group always has a non-zero advantage and a
+    dropped one never had any."""
     rewards = np.asarray(rewards)
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [n, G], got shape {rewards.shape}")
     if rewards.shape[1] == 0:
         return np.zeros(rewards.shape[0], bool)
-    return np.ptp(rewards, axis=1) > atol  # NaN spread compares False: not informative
+    return np.max(rewards, axis=1) > np.min(rewards, axis=1)  # NaN compares False: dropped
 
 
 def _check_draw(batch: Batch, keys: frozenset | None, draw_idx: int) -> int:

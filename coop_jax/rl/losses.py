@@ -1,4 +1,5 @@
-"""Clipped policy-gradient loss (PPO / GRPO / DAPO / Dr.GRPO / GSPO) and loss aggregations.
+"""Policy-gradient losses (PPO / GRPO / DAPO / Dr.GRPO / GSPO clipped surrogate, CISPO) and loss
+aggregations.
 
 Everything here is jit-traceable with static shapes. Masks may be bool or float weights
 (e.g. the token mask times an overlong loss weight); masked positions never contribute,
@@ -21,7 +22,7 @@ AggFn = Callable[[jax.Array, jax.Array, int], jax.Array]
 
 # Bound on |log ratio| before exp (as verl): keeps exp finite and its gradient NaN-free.
 _MAX_LOG_RATIO = 20.0
-# verl's GSPO bound on the sequence log ratio (from above; below, _MAX_LOG_RATIO still applies)
+# verl's GSPO bound on the whole token log ratio sg(log s) + logp - sg(logp), from above only
 _GSPO_MAX_LOG_RATIO = 10.0
 
 
@@ -41,16 +42,17 @@ def token_mean(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array
 
 
 def seq_mean_token_mean(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
-    """Token mean per sequence, then mean over sequences with >= 1 valid token (GRPO)."""
+    """Token mean per sequence, then mean over all B sequences (GRPO). A sequence with no valid
+    token (e.g. masked as overlong) adds 0 and still counts in B, as verl's trainer divides by
+    the mini-batch's rows (`global_batch_size`) and as seq_mean_token_sum does."""
     del max_len
-    seq_w = jnp.sum(weights, axis=-1)
-    per_seq = _safe_div(jnp.sum(_masked(values, weights), axis=-1), seq_w)
-    has_tokens = (seq_w > 0).astype(per_seq.dtype)
-    return _safe_div(jnp.sum(per_seq * has_tokens), jnp.sum(has_tokens))
+    per_seq = _safe_div(jnp.sum(_masked(values, weights), axis=-1), jnp.sum(weights, axis=-1))
+    return jnp.sum(per_seq) / values.shape[0]
 
 
 def seq_mean_token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
-    """Sum over valid tokens / (B * max_len), a constant normaliser (Dr.GRPO)."""
+    """Sum over valid tokens / (B * max_len), a constant normaliser (Dr.GRPO; verl 0.9.1's
+    seq-mean-token-sum-norm)."""
     return jnp.sum(_masked(values, weights)) / (values.shape[0] * max_len)
 
 
@@ -61,8 +63,9 @@ def seq_mean_token_sum(values: jax.Array, weights: jax.Array, max_len: int) -> j
 
 
 def token_sum_norm(values: jax.Array, weights: jax.Array, max_len: int) -> jax.Array:
-    """Sum over valid tokens / max_len, per micro-batch: verl's seq-mean-token-sum-norm (Dr.GRPO
-    as the references run it). Not divided by B: see NORMALISERS."""
+    """Sum over valid tokens / max_len, per micro-batch: verl's seq-mean-token-sum-norm before
+    0.5 (Dr.GRPO as the Cooper and Co-rewarding references run it; verl 0.9.1's form is
+    seq_mean_token_sum_norm). Not divided by B: see NORMALISERS."""
     return jnp.sum(_masked(values, weights)) / max_len
 
 
@@ -90,8 +93,7 @@ AGGREGATIONS.register("micro_token_mean", token_mean,
 # times the micro-batch size B / micro_batches).
 NORMALISERS: dict[str, Callable[[jax.Array, int], jax.Array]] = {
     "token_mean": lambda weights, max_len: jnp.sum(weights),
-    "seq_mean_token_mean": lambda weights, max_len: jnp.sum(
-        (jnp.sum(weights, axis=-1) > 0).astype(jnp.float32)),
+    "seq_mean_token_mean": _rows,
     "seq_mean_token_sum_norm": lambda weights, max_len: jnp.float32(weights.shape[0] * max_len),
     "seq_mean_token_sum": _rows,
     "token_sum_norm": _rows,
@@ -156,20 +158,52 @@ def _token_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array) -
 
 
 def _sequence_log_ratio(logp: jax.Array, old_logp: jax.Array, weights: jax.Array) -> jax.Array:
-    """GSPO log ratio: sg(log s_i) + logp - sg(logp), log s_i = masked mean of (logp - old).
+    """GSPO log ratio: min(sg(log s_i) + logp - sg(logp), 10), log s_i = masked mean of
+    (logp - old).
 
     The value equals log s_i at every token, and d/d logp_t = 1, so with seq_mean_token_mean
-    the gradient of sequence i is s_i / |y_i| * sum_t grad logp_t, as in the GSPO paper.
+    the gradient of sequence i is s_i / |y_i| * sum_t grad logp_t, as in the GSPO paper. The cap
+    applies to the whole expression, as verl's: past it the gradient is 0 (capping only sg(log s)
+    would leave a gradient of s = e^10 times the advantage). No bound from below, as verl: there
+    exp(.) underflows to 0 with a zero gradient.
     """
     delta = jnp.where(weights > 0, logp - old_logp, 0.0)
     log_s = _safe_div(jnp.sum(delta * weights, axis=-1), jnp.sum(weights, axis=-1))
-    log_s = jnp.clip(jax.lax.stop_gradient(log_s), -_MAX_LOG_RATIO, _GSPO_MAX_LOG_RATIO)
     lp = jnp.where(weights > 0, logp, 0.0)
-    return log_s[:, None] + lp - jax.lax.stop_gradient(lp)
+    log_ratio = jax.lax.stop_gradient(log_s)[:, None] + lp - jax.lax.stop_gradient(lp)
+    return jnp.minimum(log_ratio, _GSPO_MAX_LOG_RATIO)
 
 
 RATIO_LEVELS: Registry[Callable[[jax.Array, jax.Array, jax.Array], jax.Array]] = Registry(
     "rl.ratio_level", {"token": _token_log_ratio, "sequence": _sequence_log_ratio})
+
+
+# --- the per-token surrogate, by policy loss --------------------------------------------------
+# fn(ratio, logp, adv, lo, hi) -> (per-token loss, bool: the clip decided the token's loss)
+
+def ppo_surrogate(ratio, logp, adv, lo, hi):
+    """PPO's clipped surrogate -min(rho A, clip(rho, lo, hi) A) (GRPO, DAPO, GSPO)."""
+    del logp
+    unclipped, clipped = -adv * ratio, -adv * jnp.clip(ratio, lo, hi)
+    return jnp.maximum(unclipped, clipped), clipped > unclipped
+
+
+def cispo_surrogate(ratio, logp, adv, lo, hi):
+    """CISPO (MiniMax-M1): -sg(clip(rho, lo, hi)) A log pi; every token keeps a gradient."""
+    clipped = jnp.clip(ratio, lo, hi)
+    return -jax.lax.stop_gradient(clipped) * adv * logp, ratio != clipped
+
+
+POLICY_LOSSES: Registry[Callable] = Registry(
+    "rl.policy_loss", {"ppo": ppo_surrogate, "cispo": cispo_surrogate})
+# where PPO's dual clip applies by default: the token-level clipped surrogate (verl's vanilla
+# loss); neither GSPO nor CISPO has one (`LossConfig.from_config`)
+DUAL_CLIP_DEFAULT = 3.0
+
+
+def default_clip_ratio_c(policy_loss: str, ratio_level: str) -> Optional[float]:
+    """The dual-clip bound a config gets when it does not set `rl.clip_ratio_c`."""
+    return DUAL_CLIP_DEFAULT if (policy_loss, ratio_level) == ("ppo", "token") else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +212,7 @@ class LossConfig:
 
     clip_eps_low/high: ratio clipped to [1 - low, 1 + high] (DAPO clip-higher: high ~ 0.28).
     clip_ratio_c: dual-clip bound (> 1) on the loss of negative-advantage tokens; None = off.
+    policy_loss: a key of POLICY_LOSSES ("ppo": the clipped surrogate; "cispo": token level).
     ratio_level: "token" (PPO/GRPO) or "sequence" (GSPO; pair with seq_mean_token_mean).
     aggregation: a key of AGGREGATIONS; agg_max_len: its Dr.GRPO constant (None = T).
     kl_coef / kl_estimator: KL-to-reference term in the loss (a key of KL_ESTIMATORS).
@@ -187,6 +222,7 @@ class LossConfig:
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     clip_ratio_c: Optional[float] = None
+    policy_loss: str = "ppo"
     ratio_level: str = "token"
     aggregation: str = "token_mean"
     kl_coef: float = 0.001
@@ -213,17 +249,26 @@ class LossConfig:
             raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef!r}")
         number("entropy_coef")
         RATIO_LEVELS.lookup(self.ratio_level, "LossConfig.ratio_level")
+        POLICY_LOSSES.lookup(self.policy_loss, "LossConfig.policy_loss")
+        if self.policy_loss == "cispo" and self.ratio_level != "token":
+            raise ValueError("LossConfig.policy_loss='cispo' weighs tokens: it needs "
+                             f"ratio_level='token', got {self.ratio_level!r}")
         AGGREGATIONS.lookup(self.aggregation, "LossConfig.aggregation")
         KL_ESTIMATORS.lookup(self.kl_estimator, "LossConfig.kl_estimator")
         _check_max_len(self.agg_max_len, "LossConfig.agg_max_len")
 
     @classmethod
     def from_config(cls, rl_section) -> "LossConfig":
-        """The loss options of a config's `rl` section (`clip_ratio_c` 0 = off; with
-        `kl_in_reward` the KL leaves the loss for the reward)."""
+        """The loss options of a config's `rl` section (`clip_ratio_c` 0 = off, unset = the
+        dual clip of token-level PPO only; with `kl_in_reward` the KL leaves the loss for the
+        reward)."""
         r = rl_section
+        clip_c = r.clip_ratio_c
+        if clip_c is None:
+            clip_c = default_clip_ratio_c(r.policy_loss, r.ratio_level)
         return cls(clip_eps_low=r.clip_eps_low, clip_eps_high=r.clip_eps_high,
-                   clip_ratio_c=r.clip_ratio_c or None, ratio_level=r.ratio_level,
+                   clip_ratio_c=clip_c or None, policy_loss=r.policy_loss,
+                   ratio_level=r.ratio_level,
                    aggregation=r.aggregation, kl_coef=0.0 if r.kl_in_reward else r.kl_coef,
                    kl_estimator=r.kl_estimator, entropy_coef=r.entropy_coef)
 
@@ -249,11 +294,12 @@ def policy_loss(
     ref_logp: Optional[jax.Array] = None,
     entropy: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Clipped surrogate + optional KL penalty and entropy bonus; returns (loss, metrics).
+    """Policy surrogate + optional KL penalty and entropy bonus; returns (loss, metrics).
 
-    Per token: -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A), with dual clip
-    min(., -A * c) on A < 0 tokens when ``cfg.clip_ratio_c`` is set; rho is the token ratio
-    exp(logp - old_logp) or, for ``ratio_level="sequence"``, GSPO's sg(s_i) exp(logp - sg(logp)).
+    Per token, ``policy_loss="ppo"``: -min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A);
+    ``"cispo"``: -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * logp. Dual clip min(., -A * c)
+    on A < 0 tokens when ``cfg.clip_ratio_c`` is set; rho is the token ratio exp(logp - old_logp)
+    or, for ``ratio_level="sequence"``, GSPO's sg(s_i) exp(logp - sg(logp)).
     loss = agg(pg) + kl_coef * agg(KL(logp || ref_logp)) - entropy_coef * agg(entropy).
 
     ``logp`` (and ``old_logp``/``ref_logp``) must be log-probs of the sampled tokens computed from
@@ -281,10 +327,8 @@ def policy_loss(
 
     ratio = jnp.exp(RATIO_LEVELS[cfg.ratio_level](logp, old_logp, w))
     lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * jnp.clip(ratio, lo, hi)
-    pg = jnp.maximum(pg_unclipped, pg_clipped)
-    clip_active = pg_clipped > pg_unclipped
+    pg, clip_active = POLICY_LOSSES[cfg.policy_loss](ratio, jnp.where(valid, logp, 0.0), adv,
+                                                     lo, hi)
     if cfg.clip_ratio_c is not None:
         pg_dual = -adv * cfg.clip_ratio_c
         dual_active = (adv < 0) & (pg > pg_dual)
