@@ -121,7 +121,7 @@ def base_config() -> ml_collections.ConfigDict:
         overlong_factor=1.0,
         # log KL(pi || pi_start) of each step's rollouts (kl_to_start, kl_to_start_seq), also with
         # kl_coef = 0: the start policy is kept as the reference (not with an EMA teacher)
-        log_kl_to_start=False))
+        log_kl_to_start=False, reuse_loss_forward=True))  # see train_step.old_is_current
 
     c.optim = ml_collections.ConfigDict(dict(
         learning_rate=1e-6, warmup_steps=20, schedule="constant", weight_decay=0.01, b1=0.9,
@@ -350,6 +350,8 @@ FIELD_DOCS: dict[str, str] = {
     "rl.overlong_factor": "overlong penalty: its largest value",
     "rl.log_kl_to_start": "log KL(pi || pi_start) of the rollouts (kl_to_start), also with "
                           "kl_coef 0",
+    "rl.reuse_loss_forward": "on-policy steps: old log-probs from the loss forward, no second "
+                             "pass",
     "optim.learning_rate": "policy AdamW peak learning rate",
     "optim.warmup_steps": "policy learning-rate warm-up steps",
     "optim.schedule": "policy learning-rate schedule after the warm-up",

@@ -163,7 +163,8 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         log_kl_to_start=c.rl.log_kl_to_start,
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
         rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
-        valid_vocab=valid_vocab, num_views=source.num_views)
+        valid_vocab=valid_vocab, num_views=source.num_views,
+        reuse_loss_forward=c.rl.reuse_loss_forward)
 
 
 def policy_optimizer(config):

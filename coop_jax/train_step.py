@@ -95,6 +95,9 @@ class StepConfig:
     kernel_impl: str = "auto"
     valid_vocab: int | None = None
     num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
+    # where the old policy IS the policy being differentiated (see `old_is_current`), its
+    # log-probs are the loss forward's own, stop-gradient, instead of a second forward pass
+    reuse_loss_forward: bool = True
 
     def __post_init__(self):
         reward = DEVICE_REWARDS.lookup(self.device_reward, "StepConfig.device_reward")
@@ -204,8 +207,15 @@ def compute_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch
 
 
 # ---------------------------------------------------------------------- the updates
+def _token_mean(values: Array, mask: Array) -> Array:
+    return (values * mask).sum() / jnp.maximum(mask.sum(), 1)
+
+
 def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, advantages: Array,
-                   old_logp: Array, ref_logp: Array | None) -> tuple[ModelState, dict]:
+                   old_logp: Array | None, ref_logp: Array | None) -> tuple[ModelState, dict]:
+    """`old_logp` None: the old policy is the one being differentiated (`old_is_current`); the
+    loss forward's own log-probs, stop-gradient, are the old ones, and its entropies give the
+    `rollout_entropy` metric."""
     rows = advantages.shape[0]
     m = cfg.num_minibatches
     if (rows // m) % (cfg.micro_batches * cfg.num_views):
@@ -215,7 +225,9 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
     split = lambda x: x.reshape((m, rows // m) + x.shape[1:])
     mb = {k: split(getattr(batch, k)) for k in ("prompt_tokens", "prompt_mask", "tokens", "mask",
                                                  "loss_weight")}
-    mb["adv"], mb["old"] = split(advantages), split(old_logp)
+    mb["adv"] = split(advantages)
+    if old_logp is not None:
+        mb["old"] = split(old_logp)
     if ref_logp is not None:
         mb["ref"] = split(ref_logp)
 
@@ -225,11 +237,16 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
     def view_losses(params, rows):
         """Per-view policy losses [V] and metrics of `rows` (a mini- or micro-batch)."""
         logp, entropy = _logprobs(lora.combine(state.policy_base, params), cfg, rows)
-        return jax.vmap(
+        old = rows["old"] if "old" in rows else jax.lax.stop_gradient(logp)
+        losses, metrics = jax.vmap(
             lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,
                                                              ref_logp=ref, entropy=ent))(
-            views(logp), views(rows["old"]), views(rows["adv"]), view_weights(rows),
+            views(logp), views(old), views(rows["adv"]), view_weights(rows),
             views(rows.get("ref")), views(entropy))
+        if "old" not in rows:  # the step's one policy forward: the rollouts' entropy is its own
+            metrics["rollout_entropy"] = jnp.broadcast_to(jax.lax.stop_gradient(
+                _token_mean(entropy, rows["mask"])), losses.shape)
+        return losses, metrics
 
     def loss_fn(params, minibatch):
         losses, metrics = view_losses(params, minibatch)
@@ -288,6 +305,17 @@ def _rm_update(state: TrainState, cfg: StepConfig, rm_tx, pairs: PairBatch
     return new, metrics
 
 
+def old_is_current(cfg: StepConfig, batch: TrainBatch) -> bool:
+    """True where the importance ratio is exactly 1, so no separate old-log-prob pass is needed:
+    one epoch of one mini-batch (the update sees the parameters that sampled), rollouts of the
+    current policy (no behaviour log-probs: not rollout.overlap), and nothing that reads the old
+    log-probs before the update (KL in the reward, KL to the start). One micro-batch and one view,
+    so that the rollouts' entropy metric is the whole batch's."""
+    return (cfg.reuse_loss_forward and cfg.ppo_epochs == 1 and cfg.num_minibatches == 1
+            and cfg.micro_batches == 1 and cfg.num_views == 1 and batch.behaviour is None
+            and not cfg.kl_in_reward and not cfg.log_kl_to_start)
+
+
 def _old_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch) -> tuple[Array, Array]:
     """(behaviour log-probs, entropies) of the rollouts, without gradient."""
     behaviour = batch.behaviour
@@ -336,7 +364,9 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
     `jit_step`)."""
     rewards, metrics, rm_scores = compute_rewards(state, cfg, batch)
-    old_logp, entropy = _old_logprobs(state, cfg, batch)
+    old_logp = entropy = None  # None: the loss forward's own (`old_is_current`)
+    if not old_is_current(cfg, batch):
+        old_logp, entropy = _old_logprobs(state, cfg, batch)
     kl_coef = state.kl_coef
     ref_logp = None
     ref, ref_model = state.ref_params, None
@@ -360,9 +390,9 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
 
     policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp, loss_ref)
     metrics.update(policy_metrics)
-    metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean(),
-                   rollout_entropy=(entropy * batch.mask).sum() / jnp.maximum(
-                       batch.mask.sum(), 1))
+    metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean())
+    if entropy is not None:
+        metrics["rollout_entropy"] = _token_mean(entropy, batch.mask)
     rm, rm_scores_after = state.rm, None
     if cfg.rm_update is not None:
         rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch.pairs)

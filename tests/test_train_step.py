@@ -240,6 +240,45 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
 
 
+@pytest.mark.parametrize("loss", [rl.LossConfig(kl_coef=0.0), LOSS,
+                                  rl.LossConfig(kl_coef=0.0, ratio_level="sequence")])
+def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypatch, loss):
+    """One epoch, one mini-batch, no behaviour log-probs: the ratio is exactly 1, so the old
+    log-probs are the loss forward's own (one policy forward pass fewer) and the update, the
+    loss and every metric equal the step that recomputes them."""
+    from coop_jax import train_step
+    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla")
+    state, batch = _state(False), _batch(6)
+    calls, real = [], train_step._logprobs
+    monkeypatch.setattr(train_step, "_logprobs", lambda *a: calls.append(1) or real(*a))
+    reused, metrics = jit_step(cfg, TX, donate=False)(state, batch)
+    reused_calls, calls[:] = len(calls), []
+    two_pass = dataclasses.replace(cfg, reuse_loss_forward=False)
+    recomputed, recomputed_metrics = jit_step(two_pass, TX, donate=False)(state, batch)
+    assert train_step.old_is_current(cfg, batch) and not train_step.old_is_current(two_pass,
+                                                                                   batch)
+    assert reused_calls == len(calls) - 1
+    _close(reused.policy.params, recomputed.policy.params, atol=1e-6)
+    assert set(metrics) == set(recomputed_metrics)
+    for key in metrics:
+        np.testing.assert_allclose(metrics[key], recomputed_metrics[key], rtol=1e-5, atol=1e-6,
+                                   err_msg=key)
+    assert float(metrics["ratio_mean"]) == 1.0 and float(metrics["approx_kl_old"]) == 0.0
+
+
+def test_the_old_logprob_pass_stays_where_the_ratio_can_differ():
+    from coop_jax import train_step
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G)
+    batch = _batch(0)
+    assert train_step.old_is_current(cfg, batch)
+    for changed in (dict(ppo_epochs=2), dict(num_minibatches=2), dict(micro_batches=2),
+                    dict(num_views=2), dict(kl_in_reward=True), dict(log_kl_to_start=True),
+                    dict(reuse_loss_forward=False)):
+        assert not train_step.old_is_current(dataclasses.replace(cfg, **changed), batch), changed
+    own = np.zeros(np.shape(batch.mask), np.float32)
+    assert not train_step.old_is_current(cfg, batch.replace(behaviour=Behaviour(own)))
+
+
 def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     """With the sampler's log-probs and entropies in the batch the step runs no forward pass for
     them: `rollout_entropy` is the behaviour policy's, and the update is the same."""
