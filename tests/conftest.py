@@ -58,12 +58,22 @@ def pytest_report_header(config):
             "(set COOP_JAX_DATA_DIR or put the data in ../shared/data)")
 
 
+# Tests that start jobs of several local processes (coordinator ports, gloo rendezvous): one
+# worker runs them one at a time, so two jobs never race for a port or starve each other's
+# rendezvous on 2 cores (a 2-process launch test once timed out at 120 s in a full run, where
+# alone it takes seconds).
+MULTIPROCESS_MODULES = ("test_multihost", "test_launch_local")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Keep the tests that share a module-scoped fixture on one xdist worker: under plain
     `--dist load` each worker would build the fixture again (a converted real model, a trained
     RM, a training run)."""
     for item in items:
+        if item.module.__name__ in MULTIPROCESS_MODULES:
+            item.add_marker(pytest.mark.xdist_group("multiprocess"))
+            continue
         fixture_defs = getattr(item, "_fixtureinfo", None)
         if fixture_defs is None:
             continue
