@@ -30,14 +30,11 @@ import sys
 import tempfile
 import time
 
+from coop_jax.jsonl import read_jsonl
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = {"two_pass": False, "reused": True}
 VOLATILE = ("time/", "tokens_per_second")
-
-
-def _rows(workdir: str) -> list[dict]:
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def run_arm(arm: str, pair: int, a, base: str) -> dict:
@@ -48,7 +45,7 @@ def run_arm(arm: str, pair: int, a, base: str) -> dict:
     print(f"[{arm} {pair}] {' '.join(cmd[1:])}", flush=True)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
-    rows = _rows(workdir)
+    rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
     updates = [r["time/update"] for r in rows if r["step"] > a.skip and "time/update" in r]
     return {"arm": arm, "pair": pair, "rows": rows, "process_wall_s": time.perf_counter() - t0,
             "median_update_s": statistics.median(updates) if updates else None,

@@ -436,9 +436,7 @@ def _positive(value, field, allow_zero=False):
 
 def _validate_policy_loss(r) -> None:
     _one_of(r.policy_loss, tuple(rl.POLICY_LOSSES), "rl.policy_loss")
-    if r.policy_loss == "cispo" and r.ratio_level != "token":
-        raise ValueError("config.rl.policy_loss='cispo' weighs tokens: it needs "
-                         f"rl.ratio_level='token', got {r.ratio_level!r}")
+    rl.check_policy_loss(r.policy_loss, r.ratio_level, "config.rl.")
     if r.clip_ratio_c is not None and r.clip_ratio_c != 0 and not r.clip_ratio_c > 1:
         raise ValueError(f"config.rl.clip_ratio_c must be 0 (off) or > 1, got {r.clip_ratio_c!r}")
     _one_of(r.kl_controller, tuple(rl.KL_CONTROLLERS), "rl.kl_controller")

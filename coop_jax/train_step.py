@@ -339,7 +339,7 @@ def kl_to_start(old_logp: Array, ref_logp: Array, mask: Array) -> dict:
     m = mask.astype(jnp.float32)
     k3 = rl.kl_penalty("low_var_kl", old_logp, ref_logp)
     k1 = rl.kl_penalty("k1", old_logp, ref_logp)
-    return {"kl_to_start": (k3 * m).sum() / jnp.maximum(m.sum(), 1.0),
+    return {"kl_to_start": _token_mean(k3, m),
             "kl_to_start_seq": (k1 * m).sum(-1).mean()}
 
 

@@ -201,6 +201,13 @@ POLICY_LOSSES: Registry[Callable] = Registry(
 DUAL_CLIP_DEFAULT = 3.0
 
 
+def check_policy_loss(policy_loss: str, ratio_level: str, where: str) -> None:
+    """Raise unless the pair can be computed (`where`: the fields' prefix in the message)."""
+    if policy_loss == "cispo" and ratio_level != "token":
+        raise ValueError(f"{where}policy_loss='cispo' weighs tokens: it needs "
+                         f"{where}ratio_level='token', got {ratio_level!r}")
+
+
 def default_clip_ratio_c(policy_loss: str, ratio_level: str) -> Optional[float]:
     """The dual-clip bound a config gets when it does not set `rl.clip_ratio_c`."""
     return DUAL_CLIP_DEFAULT if (policy_loss, ratio_level) == ("ppo", "token") else None
@@ -250,9 +257,7 @@ class LossConfig:
         number("entropy_coef")
         RATIO_LEVELS.lookup(self.ratio_level, "LossConfig.ratio_level")
         POLICY_LOSSES.lookup(self.policy_loss, "LossConfig.policy_loss")
-        if self.policy_loss == "cispo" and self.ratio_level != "token":
-            raise ValueError("LossConfig.policy_loss='cispo' weighs tokens: it needs "
-                             f"ratio_level='token', got {self.ratio_level!r}")
+        check_policy_loss(self.policy_loss, self.ratio_level, "LossConfig.")
         AGGREGATIONS.lookup(self.aggregation, "LossConfig.aggregation")
         KL_ESTIMATORS.lookup(self.kl_estimator, "LossConfig.kl_estimator")
         _check_max_len(self.agg_max_len, "LossConfig.agg_max_len")
