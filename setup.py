@@ -43,6 +43,9 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7",
                  "gguf>=0.10", "accelerate>=1.0", "nbformat>=5.9", "nbclient>=0.10",
                  "ipykernel>=6.29", "tensordict==0.10.0", "omegaconf>=2.3"],
+        # benchmarks/vs_trl.py's other side: TRL's GRPOTrainer with a peft LoRA policy
+        "bench": ["torch==2.13.0", "trl==1.16.0", "peft==0.21.2", "gguf>=0.10",
+                  "accelerate>=1.0"],
         "tpu": ["jax[tpu]"],
         "gpu": ["jax[cuda12]"],
     },

@@ -178,8 +178,10 @@ def _abstract_batch(mesh) -> TrainBatch:
 
 
 def train_step_program(mesh):
+    # the shipped configs' learner: each prompt runs once per group (rl.share_prompt_prefix)
     cfg = StepConfig(policy=TINY, loss=rl.LossConfig(kl_coef=0.01), group_size=GROUP,
-                     num_minibatches=2, kernel_impl="pallas_tpu", valid_vocab=TINY.vocab_size - 5)
+                     num_minibatches=2, kernel_impl="pallas_tpu", valid_vocab=TINY.vocab_size - 5,
+                     share_prompt_prefix=True)
     tx = make_optimizer(1e-5, warmup_steps=0)
     state, batch = _abstract_train_state(cfg, tx, mesh), _abstract_batch(mesh)
     step = jit_step(cfg, tx, state_shardings=jax.tree_util.tree_map(lambda x: x.sharding, state),

@@ -121,7 +121,8 @@ def base_config() -> ml_collections.ConfigDict:
         overlong_factor=1.0,
         # log KL(pi || pi_start) of each step's rollouts (kl_to_start, kl_to_start_seq), also with
         # kl_coef = 0: the start policy is kept as the reference (not with an EMA teacher)
-        log_kl_to_start=False, reuse_loss_forward=True))  # see train_step.old_is_current
+        # the learner's shortcuts: docs/training.md
+        log_kl_to_start=False, reuse_loss_forward=True, pad_buckets=4, share_prompt_prefix=True))
 
     c.optim = ml_collections.ConfigDict(dict(
         learning_rate=1e-6, warmup_steps=20, schedule="constant", weight_decay=0.01, b1=0.9,
@@ -352,6 +353,10 @@ FIELD_DOCS: dict[str, str] = {
                           "kl_coef 0",
     "rl.reuse_loss_forward": "on-policy steps: old log-probs from the loss forward, no second "
                              "pass",
+    "rl.pad_buckets": "learner: padding cut to the batch's longest, rounded up to one of this "
+                      "many lengths per axis (0: full lengths)",
+    "rl.share_prompt_prefix": "learner: each prompt's forward runs once for its group's "
+                              "rollouts, which attend to its keys and values",
     "optim.learning_rate": "policy AdamW peak learning rate",
     "optim.warmup_steps": "policy learning-rate warm-up steps",
     "optim.schedule": "policy learning-rate schedule after the warm-up",
@@ -551,6 +556,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
         raise ValueError(f"config.rl.num_minibatches ({c.rl.num_minibatches}) must divide "
                          f"prompts_per_step * group_size ({rows})")
     _positive(c.rl.micro_batches, "rl.micro_batches")
+    _positive(c.rl.pad_buckets, "rl.pad_buckets", allow_zero=True)
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")

@@ -45,7 +45,7 @@ from coop_jax.rm_input import read_triples, rm_input_format, trained_input_forma
 from coop_jax.rm_scoring import evaluate_reward_model
 from coop_jax.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSetup,
                                finish_rule_labels, rm_label_metrics)
-from coop_jax.train_batch import StepOutputs, TrainBatch
+from coop_jax.train_batch import StepOutputs, TrainBatch, trim_padding
 from coop_jax.train_step import (DEVICE_REWARDS, StepConfig, TrainState, init_state, jit_step,
                                  place_state, state_shardings)
 from coop_jax.verify import RuleVerifier
@@ -151,8 +151,11 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
     part declared (the loss's `rl` section, the device reward's and the advantage estimator's
     parameters, the reward source's RM update and views)."""
     c, source = config, rewards.reward_source(config.reward.type)
+    # Dr.GRPO's constant is the configured response length, not the batch's (cut by pad_buckets)
+    loss = dataclasses.replace(rl.LossConfig.from_config(c.rl),
+                               agg_max_len=c.rollout.max_new_tokens)
     return StepConfig(
-        policy=policy_cfg, loss=rl.LossConfig.from_config(c.rl), group_size=c.rollout.group_size,
+        policy=policy_cfg, loss=loss, group_size=c.rollout.group_size,
         advantage=c.rl.advantage, advantage_options=rl.ADVANTAGES.options(c.rl.advantage, c),
         temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
         num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
@@ -164,7 +167,7 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
         rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
         valid_vocab=valid_vocab, num_views=source.num_views,
-        reuse_loss_forward=c.rl.reuse_loss_forward)
+        reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
 
 
 def policy_optimizer(config):
@@ -285,15 +288,30 @@ def _due(done: int, every: int, last: bool) -> bool:
 # ---------------------------------------------------------------------- the compiled step
 class CompiledStep:
     """`train_step` jitted with explicit shardings, built on the first batch (its arrays'
-    shardings), taking this host's rows of a `TrainBatch`."""
+    shardings), taking this host's rows of a `TrainBatch`. With `pad_buckets`, each batch's
+    padding is first cut to one of that many lengths per axis (`train_batch.trim_padding`); jit
+    compiles once per distinct shape, and `shape_metrics` reports the lengths and the count."""
 
-    def __init__(self, cfg: StepConfig, tx, rm_tx, mesh, state_shardings, donate: bool):
+    def __init__(self, cfg: StepConfig, tx, rm_tx, mesh, state_shardings, donate: bool,
+                 pad_buckets: int = 0):
         self.cfg, self.tx, self.rm_tx, self.mesh = cfg, tx, rm_tx, mesh
-        self.state_shardings, self.donate = state_shardings, donate
-        self.fn = None
+        self.state_shardings, self.donate, self.pad_buckets = state_shardings, donate, pad_buckets
+        self.fn, self.lengths, self.shapes = None, {}, set()
+
+    def shape_metrics(self) -> dict:
+        """The last batch's padded lengths (`shape/<axis>_len`) and how many shapes compiled."""
+        return {f"shape/{k}_len": v for k, v in self.lengths.items()} | {
+            "shape/compiled": len(self.shapes)}
 
     def __call__(self, state: TrainState, host_batch: TrainBatch
                  ) -> tuple[TrainState, StepOutputs]:
+        if self.cfg.share_prompt_prefix and not host_batch.groups_share_prompts(
+                self.cfg.group_size):
+            raise ValueError("rl.share_prompt_prefix: the rows of a group do not share one "
+                             "prompt (rows must be prompt-major, G rollouts per prompt)")
+        if self.pad_buckets:
+            host_batch, self.lengths = trim_padding(host_batch, self.pad_buckets)
+        self.shapes.add(tuple(x.shape for x in jax.tree_util.tree_leaves(host_batch)))
         batch = host_batch.to_global(self.mesh, self.cfg.num_views)
         if self.fn is None:
             self.fn = jit_step(self.cfg, self.tx, self.rm_tx,
@@ -357,7 +375,7 @@ class Trainer:
         self.step = CompiledStep(
             step_config(config, self.policy_cfg, self.rm and self.rm.config, valid_vocab),
             self.tx, self.rm_tx, self.mesh, state_shardings(self.state),
-            donate=config.train.nan_policy == "error")
+            donate=config.train.nan_policy == "error", pad_buckets=config.rl.pad_buckets)
         self.setup = RolloutSetup(
             config, self.mesh, source, tokenizer, self._sampler(tokenizer, valid_vocab),
             rm_tokenizer=self.rm and self.rm.tokenizer,
@@ -506,6 +524,7 @@ class Trainer:
         host_metrics = prepared.metrics | self._rm_label_metrics(prepared, outputs)
         metrics = parallel.host.reduce_metrics(host_metrics)
         metrics["time/update"] = time.perf_counter() - t0
+        metrics |= self.step.shape_metrics()
         if np.isfinite(step_metrics["loss"]):
             self.state = new_state
         elif c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:

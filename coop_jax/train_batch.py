@@ -12,11 +12,13 @@ structure (a pytree), not a runtime switch:
   pairs      Cooper's (positive, negative) pair per prompt for the RM update
 
 `TrainBatch.to_global` is the one place where host-local rows become global arrays
-(`coop_jax.parallel.host`): host i holds block i of every field.
+(`coop_jax.parallel.host`): host i holds block i of every field. `trim_padding` cuts the
+columns that are padding in every row of every host before that, to one of a few lengths.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 import flax.struct
 import jax
@@ -61,6 +63,15 @@ class TrainBatch(flax.struct.PyTreeNode):
     def num_rows(self) -> int:
         return self.tokens.shape[0]
 
+    def groups_share_prompts(self, group_size: int) -> bool:
+        """Whether every `group_size` consecutive rows hold one prompt (what a prefix-shared
+        forward assumes)."""
+        for field in (self.prompt_tokens, self.prompt_mask):
+            groups = np.asarray(field).reshape((-1, group_size) + field.shape[1:])
+            if not (groups == groups[:, :1]).all():
+                return False
+        return True
+
     def to_global(self, mesh, num_views: int = 1) -> "TrainBatch":
         """Every host's rows as one global batch on `mesh`: each field sharded by its rows
         (`host.row_sharding`); the view fields keep every host's view 0 before its view 1."""
@@ -104,3 +115,55 @@ class StepOutputs(flax.struct.PyTreeNode):
     metrics: dict                         # scalars of the step
     rm_scores: Array | None = None        # [R] the reward RM's raw scores of the rollouts
     rm_scores_after: Array | None = None  # [R] ... under the RM after this step's update
+
+
+# ---------------------------------------------------------------------- padding trimmed to the batch
+# Each padded axis of a TrainBatch: the flat fields (`TrainBatch.to_flat`) cut along axis 1 and the
+# masks whose valid columns must stay. Prompts are left-padded and the rest right-padded; the cut
+# keeps a window of columns, so positions (from the masks) and every valid token are unchanged.
+PADDED_AXES = (
+    ("prompt", ("prompt_tokens", "prompt_mask"), ("prompt_mask",)),
+    ("response", ("tokens", "mask", "behaviour_logprobs", "behaviour_entropy"), ("mask",)),
+    ("rm", ("rm_tokens", "rm_mask"), ("rm_mask",)),
+    ("pair", ("pair_pos_tokens", "pair_pos_mask", "pair_neg_tokens", "pair_neg_mask"),
+     ("pair_pos_mask", "pair_neg_mask")),
+)
+ALIGN = 8  # bucket lengths are multiples of this (or the full length)
+
+
+def bucket_lengths(full: int, buckets: int, align: int = ALIGN) -> tuple[int, ...]:
+    """The lengths an axis of `full` columns may be cut to: `buckets` even steps up to `full`,
+    each rounded up to a multiple of `align` (never past `full`)."""
+    steps = (math.ceil(full * i / buckets) for i in range(1, buckets + 1))
+    return tuple(sorted({min(full, align * math.ceil(n / align)) for n in steps}))
+
+
+def valid_span(masks: Sequence[np.ndarray]) -> tuple[int, int]:
+    """[first, last + 1) of the columns valid in some row of some mask; (full, 0) when none is."""
+    cols = np.flatnonzero(np.any([np.asarray(m).astype(bool).any(axis=0) for m in masks], axis=0))
+    return (int(cols[0]), int(cols[-1]) + 1) if cols.size else (masks[0].shape[1], 0)
+
+
+def padding_window(span: tuple[int, int], full: int, buckets: int) -> tuple[int, int]:
+    """(start, length) of the shortest bucket-length window of columns that holds `span`."""
+    lo, hi = span
+    length = next(n for n in bucket_lengths(full, buckets) if n >= hi - lo)
+    return max(0, min(lo, full - length)), length
+
+
+def trim_padding(batch: TrainBatch, buckets: int) -> tuple[TrainBatch, dict[str, int]]:
+    """`batch` with each padded axis cut to a window of a bucket length that holds the valid
+    columns of every row of every host (one small all-gather: every host cuts the same window,
+    so the global arrays have one shape). Also returns each present axis's length."""
+    flat = batch.to_flat()
+    axes = [(name, fields, masks) for name, fields, masks in PADDED_AXES if masks[0] in flat]
+    spans = np.asarray([valid_span([flat[m] for m in masks]) for _, _, masks in axes], np.int64)
+    every = host.gather_rows(spans.reshape(1, -1)).reshape(-1, len(axes), 2)
+    lengths = {}
+    for (name, fields, masks), lo, hi in zip(axes, every[:, :, 0].min(0), every[:, :, 1].max(0)):
+        full = flat[masks[0]].shape[1]
+        start, lengths[name] = padding_window((int(lo), int(hi)), full, buckets)
+        for f in fields:
+            if f in flat:
+                flat[f] = flat[f][:, start:start + lengths[name]]
+    return TrainBatch.from_flat(flat), lengths

@@ -26,7 +26,7 @@ import optax
 
 from coop_jax import models, rl
 from coop_jax.models import lora
-from coop_jax.models.logprobs import response_logprobs
+from coop_jax.models.logprobs import grouped_response_logprobs, response_logprobs
 from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
                             split_micro_batches)
 from coop_jax.registry import Options, Param, Registry
@@ -98,6 +98,9 @@ class StepConfig:
     # where the old policy IS the policy being differentiated (see `old_is_current`), its
     # log-probs are the loss forward's own, stop-gradient, instead of a second forward pass
     reuse_loss_forward: bool = True
+    # rows come in groups of group_size that share one prompt: each forward over whole groups
+    # runs the prompt once (`models.logprobs.grouped_response_logprobs`)
+    share_prompt_prefix: bool = False
 
     def __post_init__(self):
         reward = DEVICE_REWARDS.lookup(self.device_reward, "StepConfig.device_reward")
@@ -135,13 +138,26 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
     return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
 
 
-def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = None):
+def shares_prompt_prefix(cfg: StepConfig, num_rows: int, grouped: bool = True) -> bool:
+    """Whether a forward over `num_rows` rows runs each group's prompt once: with
+    `share_prompt_prefix`, groups of more than one row, and rows that are whole groups in order
+    (`grouped`: not the strided rows of a micro-batch, `optim.split_micro_batches`)."""
+    return (cfg.share_prompt_prefix and grouped and cfg.group_size > 1
+            and num_rows % cfg.group_size == 0)
+
+
+def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = None,
+              grouped: bool = True):
     """(log-probs, entropies) of the rollouts of `rows` (a TrainBatch or a mini-batch dict) under
-    `params` of the policy (or of `model`, e.g. the LoRA policy's base)."""
+    `params` of the policy (or of `model`, e.g. the LoRA policy's base); `grouped`: the rows are
+    whole groups in order."""
     get = (lambda k: rows[k]) if isinstance(rows, dict) else (lambda k: getattr(rows, k))
-    return response_logprobs(params, model or cfg.policy, get("prompt_tokens"), get("prompt_mask"),
-                             get("tokens"), get("mask"), temperature=cfg.temperature,
-                             impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
+    args = (params, model or cfg.policy, get("prompt_tokens"), get("prompt_mask"), get("tokens"),
+            get("mask"))
+    kwargs = dict(temperature=cfg.temperature, impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
+    if shares_prompt_prefix(cfg, get("tokens").shape[0], grouped):
+        return grouped_response_logprobs(*args, group_size=cfg.group_size, **kwargs)
+    return response_logprobs(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------- device rewards
@@ -236,7 +252,8 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
 
     def view_losses(params, rows):
         """Per-view policy losses [V] and metrics of `rows` (a mini- or micro-batch)."""
-        logp, entropy = _logprobs(lora.combine(state.policy_base, params), cfg, rows)
+        logp, entropy = _logprobs(lora.combine(state.policy_base, params), cfg, rows,
+                                  grouped=cfg.micro_batches == 1)
         old = rows["old"] if "old" in rows else jax.lax.stop_gradient(logp)
         losses, metrics = jax.vmap(
             lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,

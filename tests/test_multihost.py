@@ -270,6 +270,18 @@ if __name__ == "__main__":
     assert host.gather_json({"me": me, "text": "é" * (me + 1)}) == [
         {"me": 0, "text": "é"}, {"me": 1, "text": "éé"}]
     assert host.any_process(me == 1) and not host.any_process(False)
+    # padding trimmed to the batch: each host's valid columns differ, every host cuts one window
+    from coop_jax.train_batch import TrainBatch, trim_padding
+    mask = np.zeros((2, 32), bool)
+    mask[:, :3 + 10 * me] = True  # host 0: 3 valid columns, host 1: 13
+    prompt_mask = np.zeros((2, 24), bool)
+    prompt_mask[:, 20 - 9 * me:] = True  # left-padded: host 0 needs 4 columns, host 1 13
+    batch = TrainBatch.from_flat(dict(prompt_tokens=prompt_mask.astype(np.int32),
+                                      prompt_mask=prompt_mask, tokens=mask.astype(np.int32),
+                                      mask=mask, rewards=np.zeros(2, np.float32)))
+    cut, lengths = trim_padding(batch, 4)
+    assert lengths == {"prompt": 16, "response": 16}, lengths
+    assert cut.mask.sum() == mask.sum() and cut.prompt_mask.sum() == prompt_mask.sum()
     print("host helpers ok", me)
 '''
 

@@ -109,6 +109,35 @@ def test_greedy_decoding_matches_transformers_generate(smol, torch_lm, shared_da
         assert ours[row, :lengths[row]].tolist() == ref, (row, tok.decode(ref))
 
 
+def test_prefix_shared_logprobs_and_gradient_on_real_weights(smol, shared_data):
+    """rl.share_prompt_prefix on SmolLM2: 2 chat prompts (left-padded) x 3 responses each, the
+    prompt run once per group; the log-probs, entropies and the gradient of their sum equal the
+    unshared forward's to float32 rounding."""
+    from coop_jax.models.logprobs import grouped_response_logprobs, response_logprobs
+    tok, g = smol.tokenizer, 3
+    prompts = _gsm8k_chat_prompts(tok, shared_data, n=2)
+    ids, mask = sampling.tokenize_prompts(tok, prompts, 96)
+    ids, mask = np.repeat(ids, g, axis=0), np.repeat(mask, g, axis=0)
+    rng = np.random.default_rng(0)
+    responses = rng.integers(0, len(tok), size=(2 * g, 12)).astype(np.int32)
+    response_mask = np.arange(12)[None] < rng.integers(3, 13, size=(2 * g, 1))
+
+    def run(fn, **kwargs):
+        def total(params):
+            logp, entropy = fn(params, smol.lm.config, ids, mask, responses, response_mask,
+                               impl="xla", **kwargs)
+            return logp.sum() + 0.1 * entropy.sum(), (logp, entropy)
+        return jax.jit(jax.value_and_grad(total, has_aux=True))(smol.lm.params)
+
+    (_, (logp, entropy)), grads = run(response_logprobs)
+    (_, (shared_logp, shared_entropy)), shared_grads = run(grouped_response_logprobs,
+                                                           group_size=g)
+    np.testing.assert_allclose(shared_logp, logp, rtol=1e-4, atol=2e-4)
+    np.testing.assert_allclose(shared_entropy, entropy, rtol=1e-4, atol=2e-4)
+    for a, b in zip(jax.tree_util.tree_leaves(shared_grads), jax.tree_util.tree_leaves(grads)):
+        assert np.abs(np.asarray(a) - np.asarray(b)).max() <= 1e-3 * np.abs(np.asarray(b)).max()
+
+
 def documented_command(page: str, start: str) -> list[str]:
     """The arguments of the first command line on a docs page that starts with `start`."""
     with open(os.path.join(ROOT, page)) as fh:

@@ -368,3 +368,67 @@ def test_bradley_terry_loss_and_gradient_by_hand(monkeypatch):
     # as a micro-batch of a step with 4 valid pairs: the same sums over twice the count
     half, _ = bradley_terry_loss(params, None, pairs, num_valid=jnp.float32(4.0))
     assert float(half) == pytest.approx(0.6657058 / 2, abs=1e-6)
+
+
+def _grouped(batch: TrainBatch) -> TrainBatch:
+    """`batch` with every group's rows holding its first row's prompt (as rollouts do)."""
+    same = lambda x: np.repeat(np.asarray(x)[::G], G, axis=0)
+    return batch.replace(prompt_tokens=same(batch.prompt_tokens),
+                         prompt_mask=same(batch.prompt_mask))
+
+
+def _lora_state(cfg: StepConfig):
+    from coop_jax.build import add_adapters
+    from coop_jax.models import lora
+    base = models.init_params(POLICY, jax.random.key(0))
+    policy, params = add_adapters(POLICY, base, lora.LoraConfig(rank=4, alpha=8.0),
+                                  parallel.make_mesh((8, 1, 1)), jax.random.key(3))
+    # B = 0 at the start would hide the adapters' gradient through the shared prompt
+    params = jax.tree_util.tree_map_with_path(
+        lambda p, x: x + 0.05 if p[-1].key == "lora_b" else x, params)
+    frozen, trainable = lora.split(params, policy)
+    return (dataclasses.replace(cfg, policy=policy, kl_to_base=True),
+            init_state(trainable, TX, policy_base=frozen))
+
+
+@pytest.mark.parametrize("case", ["cooper", "lora_minibatches", "micro_batches", "mesh"])
+def test_a_prefix_shared_step_equals_the_unshared_step(monkeypatch, case):
+    """rl.share_prompt_prefix: each prompt runs once for its G rollouts. The update (policy, RM)
+    and every metric are the unshared step's to float32 rounding: with Cooper's RM, with LoRA
+    (the KL reference is the frozen base) over 2 epochs x 2 mini-batches, with micro-batches
+    (strided rows: only the whole-batch old/ref passes share) and on a (2, 2, 2) mesh."""
+    calls = []
+    grouped = train_step.grouped_response_logprobs
+    monkeypatch.setattr(train_step, "grouped_response_logprobs",
+                        lambda *a, **k: calls.append(a[2].shape[0]) or grouped(*a, **k))
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla",
+                     reuse_loss_forward=False)
+    batch, tx_args, state = _grouped(_batch(3)), (TX,), lambda: _state(False)
+    kwargs = dict(donate=False)
+    if case == "cooper":
+        cfg = dataclasses.replace(cfg, **RM_REWARD, rm_update=RMUpdate())
+        tx_args, state = (TX, RM_TX), lambda: _state(True)
+    elif case == "lora_minibatches":
+        cfg, lora_state = _lora_state(dataclasses.replace(cfg, ppo_epochs=2, num_minibatches=2))
+        state = lambda: lora_state
+    elif case == "micro_batches":
+        cfg = dataclasses.replace(cfg, micro_batches=2)
+    else:
+        mesh = parallel.make_mesh((2, 2, 2))
+        state = lambda: place_state(_state(False), mesh)
+        kwargs.update(state_shardings=state_shardings(state()),
+                      batch_sharding=parallel.batch_sharding(mesh, 1),
+                      replicated=parallel.replicated(mesh))
+    shared_cfg = dataclasses.replace(cfg, share_prompt_prefix=True)
+    ref, ref_metrics = jit_step(cfg, *tx_args, **kwargs)(state(), batch)
+    assert calls == []
+    got, metrics = jit_step(shared_cfg, *tx_args, **kwargs)(state(), batch)
+    rows = G * PROMPTS
+    assert calls == {"cooper": [rows, rows, rows], "lora_minibatches": [rows, rows, rows // 2],
+                     "micro_batches": [rows, rows], "mesh": [rows, rows, rows]}[case]
+    _close(got.policy.params, ref.policy.params, atol=1e-6)
+    if case == "cooper":
+        _close(got.rm.params, ref.rm.params, atol=1e-6)
+    for name in ref_metrics:
+        assert float(metrics[name]) == pytest.approx(float(ref_metrics[name]), rel=2e-5,
+                                                     abs=1e-7), name

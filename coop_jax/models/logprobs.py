@@ -6,7 +6,9 @@ import jax.numpy as jnp
 
 from coop_jax import kernels
 from coop_jax.models.config import ModelConfig
-from coop_jax.models.forward import hidden_states, unembed_matrix
+from coop_jax.models.forward import (hidden_states, init_cache, positions_from_mask,
+                                     unembed_matrix)
+from coop_jax.models.transformer import Transformer
 
 
 def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
@@ -23,6 +25,14 @@ def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
     tokens = jnp.concatenate([prompt_tokens, response_tokens], axis=1)
     mask = jnp.concatenate([prompt_mask, response_mask], axis=1).astype(bool)
     hidden = hidden_states(params, cfg, tokens, mask)[:, p - 1:-1]  # predicts response tokens
+    return _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature,
+                           impl, valid_vocab)
+
+
+def _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature, impl,
+                    valid_vocab):
+    """(log-probs, entropies) [B, N] of the response tokens from the hidden states [B, N, D]
+    that predict them (the fused kernel; masked positions 0)."""
     b, n, d = hidden.shape
     unembed = unembed_matrix(params, cfg)
     targets = jnp.where(response_mask.astype(bool), response_tokens, -1).reshape(-1)
@@ -30,3 +40,33 @@ def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
                                            temperature=temperature, impl=impl,
                                            valid_vocab=valid_vocab)
     return logp.reshape(b, n), entropy.reshape(b, n)
+
+
+def grouped_response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
+                              prompt_mask: jax.Array, response_tokens: jax.Array,
+                              response_mask: jax.Array, *, group_size: int,
+                              temperature: float = 1.0, impl: str = "auto",
+                              valid_vocab: int | None = None) -> tuple[jax.Array, jax.Array]:
+    """`response_logprobs` of rows in groups of `group_size` consecutive rows that share one
+    prompt (row r is response r % G to prompt r // G): each prompt runs once, its keys and values
+    are repeated for the G responses, which attend to them, and their gradients sum into them.
+    Positions, masks and causality are those of the unshared forward, so the values are its own
+    to float32 rounding."""
+    rows, p = prompt_tokens.shape
+    g = group_size
+    mask = jnp.concatenate([prompt_mask, response_mask], axis=1).astype(bool)
+    positions = positions_from_mask(mask)
+    prompts, prompt_kv = prompt_tokens[::g], jnp.where(jnp.arange(mask.shape[1]) < p,
+                                                       mask[::g], False)
+    model = Transformer(cfg)
+    # the prompt pass writes its keys/values into slots [0, P) of a cache as long as the rows
+    prompt_hidden, cache = model.apply({"params": params}, prompts, positions[::g, :p],
+                                       prompt_kv, init_cache(cfg, rows // g, mask.shape[1]), 0)
+    cache = jax.tree_util.tree_map(lambda c: jnp.repeat(c, g, axis=-4), cache)  # batch axis
+    response_hidden, _ = model.apply({"params": params}, response_tokens, positions[:, p:], mask,
+                                     cache, p)
+    # response token t is predicted by the prompt's last position (t = 0) or response token t - 1
+    hidden = jnp.concatenate([jnp.repeat(prompt_hidden[:, -1:], g, axis=0),
+                              response_hidden[:, :-1]], axis=1)
+    return _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature,
+                           impl, valid_vocab)

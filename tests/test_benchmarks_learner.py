@@ -1,0 +1,55 @@
+"""`benchmarks/learner_step.py` and `benchmarks/vs_trl.py` without running them: how arms are
+read, how a pair is summarised, and which prompts TRL gets (TRL itself is the optional `bench`
+extra, not installed by the tests)."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from conftest import repo_config, repo_module
+
+learner_step = repo_module("benchmarks/learner_step.py", "learner_step")
+
+
+def test_an_arm_is_a_name_and_its_overrides():
+    assert learner_step.parse_arm("trim:rl.pad_buckets=4,rl.reuse_loss_forward=True") == (
+        "trim", ["rl.pad_buckets=4", "rl.reuse_loss_forward=True"])
+    assert learner_step.parse_arm("baseline:") == ("baseline", [])
+    for bad in ("", ":rl.pad_buckets=4", "trim:rl.pad_buckets"):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME:FIELD=VALUE"):
+            learner_step.parse_arm(bad)
+
+
+def test_a_pair_compares_every_arm_with_the_first():
+    rows = lambda loss: [{"step": 1, "loss": loss, "time/update": 9.0, "shape/response_len": 8}]
+    runs = [{"arm": "full", "pair": 0, "median_update_s": 2.0, "compiled": 1, "rows": rows(0.5)},
+            {"arm": "trim", "pair": 0, "median_update_s": 1.5, "compiled": 3, "rows": rows(0.25)}]
+    arms = learner_step.summarise_pair(0, runs)["arms"]
+    assert arms["full"]["ratio"] == 1.0 and arms["trim"]["ratio"] == 0.75
+    assert arms["full"]["metrics"]["values_differing"] == 0
+    assert arms["trim"]["metrics"]["differing"] == {
+        "loss": {"steps": 1, "max_abs": 0.25, "max_rel": 0.5}}  # times and shapes left out
+
+
+def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
+    vs_trl = repo_module("benchmarks/vs_trl.py", "vs_trl")
+    from coop_jax import data
+    from coop_jax.train import load_records
+    config = repo_config("smollm2_arithmetic")
+    rows = vs_trl.trl_prompts(config, steps=3)
+    pipeline = data.PromptPipeline(load_records(config).train, batch_size=4, seed=config.seed)
+    expected = [r for _ in range(3) for r in pipeline.next_batch()]
+    assert len(rows) == 12 and [r["reference"] for r in rows] == [
+        r["reference"] for r in expected]
+    assert rows[0]["prompt"] == [{"role": "user", "content": data.format_prompt(
+        "oneline", expected[0]["question"])}]
+
+
+@pytest.mark.parametrize("script", ["learner_step.py", "vs_trl.py"])
+def test_the_benchmarks_answer_help(script):
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"],
+                          capture_output=True, text=True, cwd=learner_step.ROOT)
+    assert done.returncode == 0 and "--arm NAME:FIELD=VALUE" in done.stdout, done.stderr
