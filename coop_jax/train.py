@@ -290,7 +290,8 @@ class CompiledStep:
     """`train_step` jitted with explicit shardings, built on the first batch (its arrays'
     shardings), taking this host's rows of a `TrainBatch`. With `pad_buckets`, each batch's
     padding is first cut to one of that many lengths per axis (`train_batch.trim_padding`); jit
-    compiles once per distinct shape, and `shape_metrics` reports the lengths and the count."""
+    compiles once per distinct shape; the step's metrics gain the lengths and the count
+    (`shape_metrics`)."""
 
     def __init__(self, cfg: StepConfig, tx, rm_tx, mesh, state_shardings, donate: bool,
                  pad_buckets: int = 0):
@@ -318,7 +319,8 @@ class CompiledStep:
                                state_shardings=self.state_shardings,
                                batch_sharding=jax.tree_util.tree_map(lambda x: x.sharding, batch),
                                replicated=parallel.replicated(self.mesh), donate=self.donate)
-        return self.fn(state, batch)
+        state, outputs = self.fn(state, batch)
+        return state, outputs.replace(metrics=outputs.metrics | self.shape_metrics())
 
 
 class _StopOnSigterm:
@@ -524,7 +526,6 @@ class Trainer:
         host_metrics = prepared.metrics | self._rm_label_metrics(prepared, outputs)
         metrics = parallel.host.reduce_metrics(host_metrics)
         metrics["time/update"] = time.perf_counter() - t0
-        metrics |= self.step.shape_metrics()
         if np.isfinite(step_metrics["loss"]):
             self.state = new_state
         elif c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:

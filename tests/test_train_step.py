@@ -250,7 +250,8 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
     cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla")
     state, batch = _state(False), _batch(6)
     calls, real = [], train_step._logprobs
-    monkeypatch.setattr(train_step, "_logprobs", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(train_step, "_logprobs",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     reused, metrics = jit_step(cfg, TX, donate=False)(state, batch)
     reused_calls, calls[:] = len(calls), []
     two_pass = dataclasses.replace(cfg, reuse_loss_forward=False)
@@ -290,7 +291,8 @@ def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     batch = _batch(5)
     own, entropy = (np.asarray(x) for x in train_step._logprobs(state.policy.params, cfg, batch))
     calls, real = [], train_step._logprobs
-    monkeypatch.setattr(train_step, "_logprobs", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(train_step, "_logprobs",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
     recomputed, recomputed_metrics = jit_step(cfg, tx, donate=False)(
         state, batch.replace(behaviour=Behaviour(own)))
     traced_with_forward, calls[:] = len(calls), []
