@@ -48,8 +48,16 @@ def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
         "oneline", expected[0]["question"])}]
 
 
-@pytest.mark.parametrize("script", ["learner_step.py", "vs_trl.py"])
-def test_the_benchmarks_answer_help(script):
+@pytest.mark.parametrize("script,flag", [
+    ("learner_step.py", "--arm NAME:FIELD=VALUE"), ("vs_trl.py", "--arm NAME:FIELD=VALUE"),
+    ("prefix_sharing.py", "--group-sizes"), ("learner_breakdown.py", "--repeats")])
+def test_the_benchmarks_answer_help(script, flag):
     done = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"],
                           capture_output=True, text=True, cwd=learner_step.ROOT)
-    assert done.returncode == 0 and "--arm NAME:FIELD=VALUE" in done.stdout, done.stderr
+    assert done.returncode == 0 and flag in done.stdout, done.stderr
+
+
+def test_a_bad_sweep_argument_is_one_line_naming_the_flag():
+    done = subprocess.run([sys.executable, "benchmarks/prefix_sharing.py", "--prompt-lens=8,x"],
+                          capture_output=True, text=True, cwd=learner_step.ROOT)
+    assert done.returncode == 2 and "--prompt-lens" in done.stderr.splitlines()[-1]
