@@ -13,20 +13,32 @@ operands up to 20, do repeat).
 
 LoRA rank 16 on every projection of the policy, learning rate 1e-4 (about ten times a full
 fine-tuning rate, as in Schulman et al. 2025). Rollouts sample at temperature 0.7, where more
-groups hold a right answer than at 1.0. Cooper on the same task, with an RM from
-SmolLM2's first 4 layers and rollout negatives:
-    --config.reward.type=cooper --config.reward_model.hf_path=<the same .gguf>
-    --config.reward_model.keep_layers=4 --config.reward_model.lora.rank=16
+groups hold a right answer than at 1.0.
+
+Cooper on the same task (`--config.reward.type=cooper`) starts from the trained VerifyRM kept in
+docs/results/real_model/verifyrm/inputs (`cooper.rm_checkpoint`, built by
+`python -m coop_jax.experiments.real_verifyrm`): SmolLM2's first 4 layers and a scalar head, fully
+fine-tuned on rule-labelled samples of SmolLM2 and of a rule-trained SmolLM2, decoded onto
+`reward_model.hf_path` at start. During RL it is fully fine-tuned at the recipe's lr 1e-5 with 1%
+warm-up, with the policy's own wrong rollouts as negatives.
 """
+import os
+
 from coop_jax.config import base_config
 from coop_jax.hf.sources import smollm2_gguf
+
+
+# the trained VerifyRM, kept as its difference from SmolLM2 (coop_jax.checkpoint.portable)
+VERIFYRM = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "docs", "results",
+                        "real_model", "verifyrm", "inputs")
 
 
 def get_config():
     c = base_config()
     c.model.update(hf_path=smollm2_gguf(), param_dtype="float32", dtype="float32")
     c.model.lora.update(rank=16, alpha=32.0)
-    c.reward_model.update(hf_path="", keep_layers=4, param_dtype="float32", dtype="float32")
+    c.reward_model.update(hf_path=smollm2_gguf(), keep_layers=4, param_dtype="float32",
+                          dtype="float32")
     c.data.update(dataset="synthetic", prompt_template="oneline", chat_template=True,
                   max_prompt_len=80, num_eval=64)
     c.data.synthetic.update(num_operands_min=2, num_operands_max=2, max_operand=20, ops="+-",
@@ -35,7 +47,13 @@ def get_config():
     c.rl.update(advantage="grpo", aggregation="token_mean", kl_coef=0.0)
     c.optim.update(learning_rate=1e-4, warmup_steps=0, schedule="constant", weight_decay=0.0)
     c.reward.type = "rule"
-    c.cooper.update(negative="rollout", learning_rate=1e-4, max_len=160, heldout_every=10)
+    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01, max_len=160,
+                    heldout_every=10, rm_checkpoint=os.path.normpath(VERIFYRM))
+    # the VerifyRM recipe (python -m coop_jax.experiments.real_verifyrm; coop-train-rm):
+    # full fine-tuning at the paper's lr, weight decay and schedule, 3 epochs; batch CPU-sized
+    c.rm_train.update(epochs=3, learning_rate=2e-5, weight_decay=0.01,
+                      weight_decay_mask="no_bias_norm", warmup_ratio=0.0, schedule="linear",
+                      grad_clip=1.0, batch_size=16, checkpoint_every=50, seed=42)
     c.verifier.update(num_workers=2)
     c.train.update(steps=40, eval_every=10, checkpoint_every=10)
     c.eval.update(temperature=0.7, top_p=1.0, k=1, batch_size=64)

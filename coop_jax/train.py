@@ -35,6 +35,7 @@ from coop_jax import checkpoint, console, cooper, data, parallel, rewards, rl, s
 from coop_jax import probes
 from coop_jax import config as config_lib
 from coop_jax.build import add_adapters, load_model
+from coop_jax.checkpoint import portable
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
@@ -194,8 +195,11 @@ class RewardModel(NamedTuple):
 
 def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
     """The RM: a trained checkpoint (`cooper.rm_checkpoint`) or `reward_model` (HF path or
-    random architecture), with fresh adapters under `reward_model.lora`."""
-    rm = _reward_model(config, tokenizer, mesh, key)
+    random architecture), with fresh adapters under `reward_model.lora`. A source that does not
+    fit the run (a random RM narrower than the policy's tokenizer, a portable RM without its
+    base) is a UsageError naming the field."""
+    with console.usage_errors():
+        rm = _reward_model(config, tokenizer, mesh, key)
     cfg, params = with_lora(config.reward_model, rm.config, rm.params, mesh,
                             jax.random.fold_in(key, 4))
     return rm._replace(config=cfg, params=params)
@@ -204,7 +208,11 @@ def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
 def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
     rm_path = config.cooper.rm_checkpoint
     if rm_path:
-        rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
+        if portable.is_portable(rm_path) and not os.path.isdir(os.path.join(rm_path,
+                                                                             "checkpoints")):
+            rm_cfg, params, meta = _portable_rm(config.reward_model, rm_path, mesh)
+        else:
+            rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
         run_fmt = dataclasses.asdict(rm_input_format(config))
         for name, trained in trained_input_format(meta.get("config", {})).items():
             if trained is not None and trained != run_fmt[name] and not (
@@ -217,11 +225,28 @@ def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
     if not section.hf_path:
         log.warning("reward model starts from random weights (no reward_model.hf_path or "
                     "cooper.rm_checkpoint)")
+    log.warning("UNTRAINED REWARD MODEL: config.cooper.rm_checkpoint is empty, so the RM's score "
+                "head is newly drawn and scores at chance; Cooper starts from a trained VerifyRM "
+                "(coop-train-rm, or python -m coop_jax.experiments.real_verifyrm) named by "
+                "config.cooper.rm_checkpoint")
     rm_cfg, params = build_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
                                  num_labels=1)
     if section.hf_path:
         return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
     return RewardModel(rm_cfg, params, tokenizer, _tokenizer_path(config))
+
+
+def _portable_rm(section, rm_path: str, mesh):
+    """(config, sharded params, meta) of an RM kept as its difference from `section.hf_path`
+    (`checkpoint.portable`; a folder that also holds the decoded `checkpoints/` loads those):
+    that base is loaded here, the kept RM decoded onto it."""
+    if not section.hf_path:
+        raise ValueError(f"config.cooper.rm_checkpoint {rm_path} is a portable RM: set "
+                         "config.reward_model.hf_path to the base it was trained from")
+    rm_cfg, base, lm = load_model(section, None, None, None, num_labels=1, field="reward_model")
+    params, meta = portable.restore(rm_path, jax.device_get(base))
+    params = jax.device_put(params, parallel.param_shardings(rm_cfg, mesh))
+    return rm_cfg, params, dict(meta, rm_tokenizer=lm.source or section.hf_path)
 
 
 # ---------------------------------------------------------------------- evaluation

@@ -13,7 +13,7 @@ from coop_jax import console, export, train
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
-from coop_jax.experiments import reward_hacking
+from coop_jax.experiments import real_verifyrm, reward_hacking
 from coop_jax.rm_train import cli as rm_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,6 +34,9 @@ COMMANDS = {
     "coop_jax.experiments.reward_hacking": (reward_hacking.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--[no]commit",
         "--[no]print_config"]),
+    "coop_jax.experiments.real_verifyrm": (real_verifyrm.cli, [
+        "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--results", "--[no]commit",
+        "--min_accuracy", "--generator_steps"]),
 }
 
 

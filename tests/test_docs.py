@@ -373,7 +373,8 @@ def default_config_of(module: str) -> list[tuple[str, object]]:
     if module == "coop_jax.data.rephrase":
         return [("coop-rephrase's config", rephrase_config())]
     own = {"coop_jax.experiments.reward_hacking": "configs/toy_hacking.py",
-           "coop_jax.experiments.real_model": "configs/smollm2_arithmetic.py"}.get(module)
+           "coop_jax.experiments.real_model": "configs/smollm2_arithmetic.py",
+           "coop_jax.experiments.real_verifyrm": "configs/smollm2_arithmetic.py"}.get(module)
     if own:
         return [(own, load_config(own))]
     return [("coop_jax.config.base_config()", base_config())]

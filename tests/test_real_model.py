@@ -205,6 +205,7 @@ def test_cooper_two_steps_with_an_rm_from_the_same_causal_lm(smol, tmp_path):
           f"--config.reward_model.hf_path={smol.gguf}", "--config.reward_model.keep_layers=2",
           "--config.reward_model.lora.rank=16", "--config.reward.type=cooper",
           "--config.cooper.negative=rollout", "--config.cooper.heldout_every=0",
+          "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
           "--config.data.dataset=gsm8k", f"--config.data.data_dir={STORY_PROBLEMS}",
           "--config.rollout.temperature=0.2", "--config.rollout.group_size=4",
           "--config.rollout.prompts_per_step=2"], smol)

@@ -37,12 +37,15 @@ from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import read_jsonl
 
 CONFIG = "configs/smollm2_arithmetic.py"
-# Cooper's RM: SmolLM2's first 4 layers and a new scalar head (reward_model.hf_path, set in
-# `arm_overrides`), LoRA like the policy.
+# cooper_s0's RM (an untrained start, kept as what that does): SmolLM2's first 4 layers and a
+# new scalar head (reward_model.hf_path, set in `arm_overrides`), LoRA like the policy, lr 1e-4,
+# not the config's trained VerifyRM (cooper.rm_checkpoint emptied).
 ARMS: dict[str, list[str]] = {
     "rule": [],
     "cooper": ["--config.reward.type=cooper", "--config.reward_model.keep_layers=4",
-               "--config.reward_model.lora.rank=16", "--config.cooper.negative=rollout"],
+               "--config.reward_model.lora.rank=16", "--config.cooper.negative=rollout",
+               "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
+               "--config.cooper.warmup_ratio=0.0"],
 }
 RUN_RE = re.compile(r"^([a-z_]+)_s(\d+)$")
 COPIED = ("summary.json", "metrics.jsonl", "curves.png")

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from coop_jax.checkpoint.portable import params_digest
 from coop_jax.data.synthetic import (ANSWER_FORMATS, consistent_wrong_solution, format_answer,
                                      solution_error_kind)
 from coop_jax.rm_input import write_triples
@@ -100,16 +101,6 @@ def policy_triples(records: Sequence[dict], completions: Sequence[Sequence[str]]
 def digest(obj) -> str:
     """A short sha256 of JSON-able settings."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def params_digest(params) -> str:
-    """A short sha256 of a parameter tree's leaves (their bytes, in tree order)."""
-    import jax
-
-    h = hashlib.sha256()
-    for leaf in jax.tree_util.tree_leaves(params):
-        h.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
-    return h.hexdigest()[:16]
 
 
 def policy_digest(policy_dir: str) -> str:

@@ -1,7 +1,7 @@
-"""The plan's shared inputs (`plan_inputs`): the portable encoding of the static RM."""
+"""`checkpoint.portable`: a fine-tuned model kept as its difference from its public base."""
 import numpy as np
 
-from coop_jax.experiments import plan_inputs
+from coop_jax.checkpoint import portable
 
 
 def _trees():
@@ -21,14 +21,14 @@ def _trees():
 
 def test_encoding_keeps_touched_rows_and_small_leaves_exactly():
     base, trained = _trees()
-    arrays, layout = plan_inputs.encode(trained, base, steps=1, small_leaf=16)
+    arrays, layout = portable.encode(trained, base, steps=1, small_leaf=16)
     assert layout["['layer']['norm']"] == {"kind": "exact"}
     assert layout["['layer']['kernel']"] == {"kind": "delta16"}
     emb = layout["['embed']['embedding']"]
     assert emb["kind"] == "rows" and emb["touched_rows"] == 2
     assert list(arrays["['embed']['embedding']:rows"]) == [3, 7]
     assert abs(emb["factor"] - 0.9993) < 1e-6
-    decoded = plan_inputs.decode(arrays, layout, base)
+    decoded = portable.decode(arrays, layout, base)
     np.testing.assert_array_equal(decoded["layer"]["norm"], trained["layer"]["norm"])
     np.testing.assert_array_equal(decoded["embed"]["embedding"][[3, 7]],
                                   trained["embed"]["embedding"][[3, 7]])
@@ -43,11 +43,36 @@ def test_decoding_is_a_function_of_the_kept_arrays_and_the_base():
     """Two decodes (as on two machines loading the same base) give the same bits; the encoded
     form is smaller than the float32 tree."""
     base, trained = _trees()
-    arrays, layout = plan_inputs.encode(trained, base, steps=1, small_leaf=16)
-    a = plan_inputs.decode(arrays, layout, base)
-    b = plan_inputs.decode({k: v.copy() for k, v in arrays.items()}, layout,
+    arrays, layout = portable.encode(trained, base, steps=1, small_leaf=16)
+    a = portable.decode(arrays, layout, base)
+    b = portable.decode({k: v.copy() for k, v in arrays.items()}, layout,
                            {k: {n: x.copy() for n, x in v.items()} for k, v in base.items()})
-    for (x, y) in zip(*(plan_inputs._named_leaves(t).values() for t in (a, b))):
+    for (x, y) in zip(*(portable._named_leaves(t).values() for t in (a, b))):
         assert x.tobytes() == y.tobytes()
     encoded = sum(v.nbytes for v in arrays.values())
-    assert encoded < sum(x.nbytes for x in plan_inputs._named_leaves(trained).values()) * 0.6
+    assert encoded < sum(x.nbytes for x in portable._named_leaves(trained).values()) * 0.6
+
+
+def _kept_folder(tmp_path, trained, base):
+    import json
+    arrays, layout = portable.encode(trained, base, steps=1, small_leaf=16)
+    portable.write_encoded(arrays, layout, str(tmp_path))
+    decoded = portable.decode(arrays, layout, base)
+    (tmp_path / portable.SUMMARY).write_text(json.dumps(
+        {"digests": {"rm_params": portable.params_digest(decoded)}}))
+    (tmp_path / portable.META).write_text(json.dumps({"step": 1}))
+    return decoded
+
+
+def test_restore_gives_the_kept_parameters_and_refuses_another_base(tmp_path):
+    import pytest
+    base, trained = _trees()
+    decoded = _kept_folder(tmp_path, trained, base)
+    assert portable.is_portable(str(tmp_path)) and not portable.is_portable(str(tmp_path / "x"))
+    params, meta = portable.restore(str(tmp_path), base)
+    assert meta == {"step": 1}
+    assert portable.params_digest(params) == portable.params_digest(decoded)
+    other = {"embed": base["embed"], "layer": dict(base["layer"],
+                                                    kernel=base["layer"]["kernel"] + 1e-3)}
+    with pytest.raises(portable.DigestMismatch, match="another base"):
+        portable.restore(str(tmp_path), other)
