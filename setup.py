@@ -51,11 +51,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "coop-train=coop_jax.train:run",
-            "coop-train-rm=coop_jax.rm_train.cli:run",
+            "coop-train=coop_jax.trainer.loop:run",
+            "coop-train-rm=coop_jax.rm.train.cli:run",
             "coop-eval=coop_jax.eval.cli:run",
             "coop-report=coop_jax.eval.report:run",
-            "coop-export=coop_jax.export:run",
+            "coop-export=coop_jax.hf.export:run",
             "coop-rephrase=coop_jax.data.rephrase:run",
         ]
     },

@@ -266,8 +266,8 @@ def model_flops_per_step(cfg, rows: int, p: int, r: int, rm_len: int, pairs: int
 def section_cooper(s: dict, smoke: bool) -> dict:
     import memory_plan
     from coop_jax import models
-    from coop_jax.train_batch import TrainBatch
-    from coop_jax.train_step import init_state, jit_step
+    from coop_jax.trainer.batch import TrainBatch
+    from coop_jax.trainer.step import init_state, jit_step
     config = memory_plan.load_config(memory_plan.DEFAULT_CONFIG)
     arch = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
                 num_layers=s["layers"], num_heads=s["heads"], num_kv_heads=s["kv_heads"])

@@ -61,7 +61,8 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
 def run_arm(arm: str, pair: int, a, base: str) -> dict:
     workdir = os.path.join(base, f"{arm}_{pair}")
-    cmd = [sys.executable, "-m", "coop_jax.train", f"--config={a.config}", f"--workdir={workdir}",
+    cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={a.config}",
+           f"--workdir={workdir}",
            f"--config.train.steps={a.steps}"]
     cmd += [f"--config.{o}" for o in a.set + dict(a.arm)[arm]]
     print(f"[{arm} {pair}] {' '.join(cmd[1:])}", flush=True)

@@ -53,10 +53,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from coop_jax import config as config_lib, cooper, kernels, models, parallel  # noqa: E402
+from coop_jax import config as config_lib, kernels, models, parallel  # noqa: E402
+from coop_jax.trainer import cooper  # noqa: E402
 from coop_jax.models import lora  # noqa: E402
-from coop_jax.train_batch import TrainBatch  # noqa: E402
-from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
+from coop_jax.trainer.batch import TrainBatch  # noqa: E402
+from coop_jax.trainer.step import StepConfig, init_state, jit_step  # noqa: E402
 
 GIB = 2 ** 30
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -124,7 +125,7 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
                valid_vocab: int = VALID_VOCAB, scan: bool = False, micro_batches: int = 1):
     """(StepConfig, tx, rm_tx) exactly as the trainer builds them; `layers` (None or 0: the
     config's depths, each model its own) replaces the depth of both the policy and the RM."""
-    from coop_jax import train  # the trainer's own builders (heavy imports: only here)
+    from coop_jax.trainer import loop as train  # the trainer's own builders (heavy imports: only here)
 
     def model(section, **kw):
         cfg = config_lib.model_config(section, **kw).replace(

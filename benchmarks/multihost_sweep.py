@@ -33,12 +33,12 @@ def warm_policy(tmp: pathlib.Path, env: dict) -> str:
     and negative strategies have positives to work on."""
     out = tmp / "warm_policy"
     if not (out / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "coop_jax.train",
+        subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop",
                         f"--config={REPO / 'configs' / 'default.py'}", f"--workdir={tmp / 'sft'}",
                         "--config.train.steps=1", "--config.eval.k=1",
                         "--config.data.num_eval=8"], env=env, check=True,
                        capture_output=True)
-        subprocess.run([sys.executable, "-m", "coop_jax.export", f"--checkpoint={tmp / 'sft'}",
+        subprocess.run([sys.executable, "-m", "coop_jax.hf.export", f"--checkpoint={tmp / 'sft'}",
                         "--step=0", f"--out={out}"], env=env, check=True, capture_output=True)
     return str(out)
 
@@ -46,7 +46,7 @@ def warm_policy(tmp: pathlib.Path, env: dict) -> str:
 def probe_file(tmp: pathlib.Path) -> str:
     """The hack probes (experiments/hack_probes.py) of 4 synthetic questions."""
     from coop_jax.data import make_dataset
-    from coop_jax.experiments.hack_probes import build_probes, write_probes
+    from coop_jax.projects.reward_hacking.hack_probes import build_probes, write_probes
     return write_probes(str(tmp / "probes.jsonl"), build_probes(make_dataset(4, seed=0)))
 
 
@@ -135,7 +135,7 @@ def main() -> None:
         runs = {}
         for layout in ("1x8", "2x4"):
             workdir = tmp / name.replace("/", "_").replace(" ", "_") / layout
-            command = [sys.executable, "-m", "coop_jax.train",
+            command = [sys.executable, "-m", "coop_jax.trainer.loop",
                        f"--config={REPO / 'configs' / 'tiny_test.py'}", f"--workdir={workdir}",
                        f"--config.train.steps={args.steps}", *overrides]
             t0 = time.time()

@@ -8,7 +8,7 @@ import sys
 
 def run_facts() -> dict:
     """The machine (CPU model, cores) and the exact command of this run."""
-    from coop_jax.experiments.reward_hacking import cpu_model
+    from coop_jax.projects.reward_hacking.driver import cpu_model
     return {"cpu": cpu_model(), "cores": os.cpu_count(),
             "command": " ".join(["python"] + sys.argv)}
 

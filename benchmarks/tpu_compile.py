@@ -51,8 +51,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 from coop_jax import config as config_lib, models, parallel, rl, sampling  # noqa: E402
 from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu, partition  # noqa: E402
 from coop_jax.optim import make_optimizer  # noqa: E402
-from coop_jax.train_batch import TrainBatch  # noqa: E402
-from coop_jax.train_step import StepConfig, init_state, jit_step  # noqa: E402
+from coop_jax.trainer.batch import TrainBatch  # noqa: E402
+from coop_jax.trainer.step import StepConfig, init_state, jit_step  # noqa: E402
 
 N, D, V = 4096, 1536, 151_936
 DECODE_ROWS = 512

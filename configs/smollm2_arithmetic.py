@@ -17,8 +17,8 @@ groups hold a right answer than at 1.0.
 
 Cooper on the same task (`--config.reward.type=cooper`) starts from the trained VerifyRM kept in
 docs/results/real_model/verifyrm/inputs (`cooper.rm_checkpoint`, built by
-`python -m coop_jax.experiments.real_verifyrm`): SmolLM2's first 4 layers and a scalar head, fully
-fine-tuned on rule-labelled samples of SmolLM2 and of a rule-trained SmolLM2, decoded onto
+`python -m coop_jax.projects.real_model.verifyrm`): SmolLM2's first 4 layers and a scalar head,
+fully fine-tuned on rule-labelled samples of SmolLM2 and of a rule-trained SmolLM2, decoded onto
 `reward_model.hf_path` at start. During RL it is fully fine-tuned at the recipe's lr 1e-5 with 1%
 warm-up, with the policy's own wrong rollouts as negatives.
 """
@@ -49,7 +49,7 @@ def get_config():
     c.reward.type = "rule"
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01, max_len=160,
                     heldout_every=10, rm_checkpoint=os.path.normpath(VERIFYRM))
-    # the VerifyRM recipe (python -m coop_jax.experiments.real_verifyrm; coop-train-rm):
+    # the VerifyRM recipe (python -m coop_jax.projects.real_model.verifyrm; coop-train-rm):
     # full fine-tuning at the paper's lr, weight decay and schedule, 3 epochs; batch CPU-sized
     c.rm_train.update(epochs=3, learning_rate=2e-5, weight_decay=0.01,
                       weight_decay_mask="no_bias_norm", warmup_ratio=0.0, schedule="linear",

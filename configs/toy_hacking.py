@@ -2,9 +2,9 @@
 docs/results/reward_hacking/report.md: rule vs static RM vs Cooper with rollout /
 consistent_wrong negatives vs a random-reward calibration arm, one SFT start, one static RM
 trained on an offline corpus, 200 RL steps, 5 seeds (random: 3), 1000 held-out questions,
-strict numeric gold. See coop_jax/experiments/reward_hacking.py.
+strict numeric gold. See coop_jax/projects/reward_hacking/driver.py.
 
-    python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
+    python -m coop_jax.projects.reward_hacking --config=configs/toy_hacking.py --workdir=DIR \
         --commit [--config.experiment.methods=static_rm --config.experiment.seeds=0]
 """
 import importlib.util

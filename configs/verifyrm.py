@@ -19,7 +19,7 @@ on the right past 8,192, no character cut inside the fields (`char_cut=False`), 
 fields have more than 8,000 characters together are left out. The remaining differences from
 the reference are in docs/ALGORITHMS.md §1.
 """
-from coop_jax.rm_train.default_config import get_config as rm_train_config
+from coop_jax.rm.train.default_config import get_config as rm_train_config
 
 MODEL = "Qwen/Qwen2.5-Math-1.5B-Instruct"
 EXAMPLES_PER_STEP = 128 * 32 * 4  # per device x gradient accumulation x processes

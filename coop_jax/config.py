@@ -20,7 +20,7 @@ from coop_jax.models.families import MODEL_FAMILIES
 from coop_jax.models.lora import TARGETS as LORA_TARGETS, LoraConfig
 from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
 from coop_jax.registry import Registry, chosen_by
-from coop_jax.rm_input import QUESTION_FORMATS, TRUNCATIONS
+from coop_jax.rm.input import QUESTION_FORMATS, TRUNCATIONS
 from coop_jax.verify import EXTRACTION_MODES
 
 NAN_POLICIES = ("error", "skip")
@@ -79,8 +79,8 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.model = model_section()
-    c.reward_model = model_section(  # used by reward types that need an RM (rewards.rm_reward_types)
-        # the RM's input (coop_jax.rm_input): <question> = the full user prompt ("prompt", the
+    c.reward_model = model_section(  # for reward types with an RM (rewards.rm_reward_types)
+        # the RM's input (coop_jax.rm.input): <question> = the full user prompt ("prompt", the
         # reference) or the raw question ("question"); an input over max_len tokens is cut on the
         # left (keeps the completion's end, where the score is read) or the right (the reference)
         question_format="prompt", truncation_side="left")
@@ -147,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
 
-    # hack probes (coop_jax.probes): JSONL triples of rule-wrong completions with a "pattern";
+    # hack probes (trainer.probes): JSONL triples of rule-wrong completions with a "pattern";
     # at step 0, every `every` steps (0: the last only) and at the end, the reward RM's false-accept
     # rate and the policy's log-likelihood per token of each pattern ("" = off)
     c.probes = ml_collections.ConfigDict(dict(triples="", every=0))

@@ -37,7 +37,7 @@ def test_a_pair_compares_every_arm_with_the_first():
 def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
     vs_trl = repo_module("benchmarks/vs_trl.py", "vs_trl")
     from coop_jax import data
-    from coop_jax.train import load_records
+    from coop_jax.trainer.loop import load_records
     config = repo_config("smollm2_arithmetic")
     rows = vs_trl.trl_prompts(config, steps=3)
     pipeline = data.PromptPipeline(load_records(config).train, batch_size=4, seed=config.seed)
@@ -50,7 +50,8 @@ def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
 
 @pytest.mark.parametrize("script,flag", [
     ("learner_step.py", "--arm NAME:FIELD=VALUE"), ("vs_trl.py", "--arm NAME:FIELD=VALUE"),
-    ("prefix_sharing.py", "--group-sizes"), ("learner_breakdown.py", "--repeats")])
+    ("prefix_sharing.py", "--group-sizes"), ("learner_breakdown.py", "--repeats"),
+    ("rm_train_cost.py", "--layers"), ("same_metrics.py", "--before")])
 def test_the_benchmarks_answer_help(script, flag):
     done = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"],
                           capture_output=True, text=True, cwd=learner_step.ROOT)
@@ -61,3 +62,17 @@ def test_a_bad_sweep_argument_is_one_line_naming_the_flag():
     done = subprocess.run([sys.executable, "benchmarks/prefix_sharing.py", "--prompt-lens=8,x"],
                           capture_output=True, text=True, cwd=learner_step.ROOT)
     assert done.returncode == 2 and "--prompt-lens" in done.stderr.splitlines()[-1]
+
+
+def test_same_metrics_compares_every_non_timing_value():
+    same = repo_module("benchmarks/same_metrics.py", "same_metrics")
+    a = [{"step": 0, "loss": 0.5, "rm/auc": None, "time/step": 1.0},
+         {"step": 1, "loss": float("nan"), "tokens_per_second": 3.0}]
+    b = [{"step": 0, "loss": 0.5, "rm/auc": None, "time/step": 2.0},
+         {"step": 1, "loss": float("nan"), "tokens_per_second": 9.0}]
+    assert same.differences(a, b) == (5, [])  # step, loss, rm/auc; step, loss; no timing key
+    b[0]["loss"] = 0.5 + 1e-12
+    b[1]["extra"] = 1
+    compared, diffs = same.differences(a, b)
+    assert diffs == ["step 0: loss 0.5 vs 0.500000000001", "step 1: extra only in after"]
+    assert same.differences(a, b[:1])[1][0].startswith("steps differ")

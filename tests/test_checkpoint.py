@@ -18,7 +18,7 @@ import pytest
 from conftest import tiny_model_config
 from coop_jax import checkpoint, models, parallel
 from coop_jax.optim import make_optimizer
-from coop_jax.train_step import TrainState, init_state, place_state
+from coop_jax.trainer.step import TrainState, init_state, place_state
 
 CFG = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, family="llama",
                         rope_theta=500000.0,
@@ -189,7 +189,7 @@ sys.path.insert(0, sys.argv[2])
 import test_checkpoint as T
 from coop_jax import checkpoint
 from coop_jax.optim import ModelState
-from coop_jax.train_step import TrainState
+from coop_jax.trainer.step import TrainState
 
 ckpt = checkpoint.Checkpointer(sys.argv[1], keep=3)
 ckpt.save(1, T.small_state(1), T.meta(1))

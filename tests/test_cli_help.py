@@ -9,12 +9,15 @@ import sys
 import pytest
 
 from coop_jax import config as config_lib
-from coop_jax import console, export, train
+from coop_jax import console
+from coop_jax.hf import export
+from coop_jax.trainer import loop as train
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
-from coop_jax.experiments import real_verifyrm, reward_hacking
-from coop_jax.rm_train import cli as rm_cli
+from coop_jax.projects.real_model import verifyrm as real_verifyrm
+from coop_jax.projects.reward_hacking import driver as reward_hacking
+from coop_jax.rm.train import cli as rm_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT = str(ROOT / "configs" / "default.py")
@@ -31,10 +34,10 @@ COMMANDS = {
     "coop-export": (export.main, ["--checkpoint", "--out", "--which", "--step"]),
     "coop-rephrase": (rephrase.main, ["--config.dataset", "--config.data_dir", "--config.url",
                                       "--config.hf_path", "--[no]print_config"]),
-    "coop_jax.experiments.reward_hacking": (reward_hacking.cli, [
+    "coop_jax.projects.reward_hacking": (reward_hacking.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--[no]commit",
         "--[no]print_config"]),
-    "coop_jax.experiments.real_verifyrm": (real_verifyrm.cli, [
+    "coop_jax.projects.real_model.verifyrm": (real_verifyrm.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--results", "--[no]commit",
         "--min_accuracy", "--generator_steps"]),
 }
@@ -64,7 +67,7 @@ def test_help_describes_the_command_and_its_own_flags(prog, flag, capsys):
 
 
 def test_help_of_the_console_script():
-    proc = subprocess.run([sys.executable, "-m", "coop_jax.train", "--help"], env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop", "--help"], env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--workdir" in proc.stdout and "usage:" in proc.stdout
 
@@ -99,7 +102,7 @@ def test_print_config_shows_value_default_and_description(capsys):
     ("coop-train-rm", ["--config.rm_train.epochs=5"]),
     ("coop-eval", [f"--config={DEFAULT}"]),
     ("coop-rephrase", ["--config.batch_size=4"]),
-    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}"]),
+    ("coop_jax.projects.reward_hacking", [f"--config={HACKING}"]),
 ])
 def test_print_config_of_the_other_commands(prog, args, capsys):
     assert COMMANDS[prog][0]([prog, *args, "--print_config"]) == {}
@@ -108,7 +111,7 @@ def test_print_config_of_the_other_commands(prog, args, capsys):
 
 
 def test_print_config_starts_no_jax_backend():
-    code = ("from coop_jax import train; from coop_jax.parallel import mesh; "
+    code = ("from coop_jax.trainer import loop as train; from coop_jax.parallel import mesh; "
             f"train.main(['coop-train', '--config={DEFAULT}', '--print_config']); "
             "assert not mesh._backend_started()")
     proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
@@ -153,16 +156,16 @@ ERRORS = [
     ("coop-rephrase", ["--config.data_dir=/nonexistent", "--config.out_dir=o",
                        "--config.url=http://x"], "config.data_dir='/nonexistent': no such folder"),
     ("coop-report", ["--bogus"], "Unknown command line flag 'bogus'"),
-    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+    ("coop_jax.projects.reward_hacking", [f"--config={HACKING}",
                                              "--config.experiment.methodz=rule"],
      "config.experiment.methodz: no such field; did you mean config.experiment.methods?"),
-    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+    ("coop_jax.projects.reward_hacking", [f"--config={HACKING}",
                                              "--config.experiment.methods=rule,bogus"],
      "config.experiment.methods: unknown arm 'bogus'"),
-    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+    ("coop_jax.projects.reward_hacking", [f"--config={HACKING}",
                                              "--config.experiment.seeds=0,x"],
      "config.experiment.seeds must be non-negative integers"),
-    ("coop_jax.experiments.reward_hacking", [f"--config={HACKING}",
+    ("coop_jax.projects.reward_hacking", [f"--config={HACKING}",
                                              "--config.rollout.group_size=1"],
      "config.rollout.group_size must be >= 2"),
     ("coop-export", ["--checkpoint=/nonexistent", "--out=o"],
@@ -182,7 +185,7 @@ def test_user_errors_are_one_line_with_status_2(prog, args, message, capsys, mon
 
 
 def test_the_console_script_prints_one_line():
-    proc = subprocess.run([sys.executable, "-m", "coop_jax.train", *TRAIN,
+    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop", *TRAIN,
                            "--config.rl.clip_epss=0.2"], env=_env(), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

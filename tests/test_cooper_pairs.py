@@ -8,9 +8,10 @@ import pytest
 from conftest import save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
-from coop_jax import cooper, data, rewards
+from coop_jax.trainer import cooper, rewards
+from coop_jax import data
 from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm_input import RMInputFormat, format_rm_input, tokenize_rm_inputs
+from coop_jax.rm.input import RMInputFormat, format_rm_input, tokenize_rm_inputs
 from coop_jax.verify import RuleVerifier
 
 G = 3
@@ -268,7 +269,7 @@ def test_rm_label_metrics_by_hand():
     Pairwise: (1 + 0 + 0.5 + 1) / 4 = 0.625. Pointwise (score > 0 as correct): rows
     [2+, -1+, 0.5-, 1+, 1-, -3-] -> right on 2, 1, -3: 3/6. AUC over all 3 correct x 3 wrong:
     2 beats all 3; -1 beats -3 only; 1 beats 0.5 and -3, ties 1: (3 + 1 + 2.5) / 9."""
-    from coop_jax.rollouts import rm_label_metrics
+    from coop_jax.trainer.rollouts import rm_label_metrics
     scores = np.array([2.0, -1.0, 0.5, 1.0, 1.0, -3.0])
     labels = np.array([1, 1, 0, 1, 0, 0], np.float32)
     m = rm_label_metrics(scores, labels, 3, "_after")

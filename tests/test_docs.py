@@ -90,7 +90,11 @@ def program_flags(module: str) -> frozenset[str]:
     path = module_file(module)
     if path is None:
         return frozenset()
-    return defined_flags(path) | defined_flags(ROOT / "coop_jax" / "console.py")
+    own = defined_flags(path)
+    if path.name == "__main__.py":  # a package's entry point: the module it runs defines them
+        for target in re.findall(r"^from (coop_jax[\w.]*) import", path.read_text(), re.M):
+            own |= defined_flags(module_file(target) or path)
+    return own | defined_flags(ROOT / "coop_jax" / "console.py")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,9 +376,9 @@ def default_config_of(module: str) -> list[tuple[str, object]]:
     """The config a coop_jax program reads its overrides into when no --config is given."""
     if module == "coop_jax.data.rephrase":
         return [("coop-rephrase's config", rephrase_config())]
-    own = {"coop_jax.experiments.reward_hacking": "configs/toy_hacking.py",
-           "coop_jax.experiments.real_model": "configs/smollm2_arithmetic.py",
-           "coop_jax.experiments.real_verifyrm": "configs/smollm2_arithmetic.py"}.get(module)
+    own = {"coop_jax.projects.reward_hacking": "configs/toy_hacking.py",
+           "coop_jax.projects.real_model.lane": "configs/smollm2_arithmetic.py",
+           "coop_jax.projects.real_model.verifyrm": "configs/smollm2_arithmetic.py"}.get(module)
     if own:
         return [(own, load_config(own))]
     return [("coop_jax.config.base_config()", base_config())]
@@ -769,7 +773,7 @@ GOOD = [
     "  --config.model.hf_path=<model> --config.data.data_dir=<folder>\n```",
     "`launch/tpu_pod.sh --project=p --zone=z --name=coop-v4 --config=configs/default.py "
     "--workdir=gs://b/r -- --config.train.steps=100 --config.mesh.shape=\"(1,8,1)\"`",
-    "`python -m coop_jax.experiments.reward_hacking --config=configs/toy_hacking.py "
+    "`python -m coop_jax.projects.reward_hacking --config=configs/toy_hacking.py "
     "--workdir=runs/h --config.experiment.seeds=0`",
     "`make demo WORKDIR=runs/x`",
 ]

@@ -15,7 +15,7 @@ import transformers  # noqa: E402
 from conftest import save_tiny_policy  # noqa: E402
 from coop_jax.eval import cli, report  # noqa: E402
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402
-from coop_jax.rm_input import RMInputFormat  # noqa: E402
+from coop_jax.rm.input import RMInputFormat  # noqa: E402
 
 COMMON = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
               num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,

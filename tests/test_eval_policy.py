@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_model_config
-from coop_jax import models, rm_scoring, sampling
+from coop_jax import models, sampling
+from coop_jax.rm import scoring as rm_scoring
 from coop_jax.data import format_prompt, load_split
 from coop_jax.eval import evaluate as ev
 from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm_input import RMInputFormat
+from coop_jax.rm.input import RMInputFormat
 from coop_jax.verify import RuleVerifier
 
 # One sampler shape for every test here (4 prompts, 64 prompt tokens, 16 new tokens): the greedy

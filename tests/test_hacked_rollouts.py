@@ -3,7 +3,7 @@ rollouts, and its command line."""
 import numpy as np
 import pytest
 
-from coop_jax.experiments import hacked_rollouts as hr
+from coop_jax.projects.reward_hacking import hacked_rollouts as hr
 
 RECORDS = [{"question": "2+3", "reference": "5"}, {"question": "4+1", "reference": "5"}]
 TEXTS = [["2+3=5 #### 5", "2+3=5 #### 6", "2+3=6 #### 6"],   # correct, final_mismatch, cons.

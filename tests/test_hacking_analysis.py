@@ -10,7 +10,7 @@ import pytest
 
 from coop_jax import stats
 from coop_jax.eval import report as report_lib
-from coop_jax.experiments import hacking_report
+from coop_jax.projects.reward_hacking import report as hacking_report
 
 STEPS = 20
 
@@ -145,13 +145,13 @@ def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
         assert (tmp_path / "out" / name).stat().st_size > 0
     md = (tmp_path / "out" / "report.md").read_text()
     assert "strict numeric gold" in md and "onpolicy_rm.png" in md and "| static_rm | praise" in md
-    assert "python -m coop_jax.experiments.hacking_report" in md
+    assert "python -m coop_jax.projects.reward_hacking.report" in md
     with pytest.raises(SystemExit):
         hacking_report.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
 
 
 # ---------------------------------------------------------------- the pre-registered analysis
-from coop_jax.experiments import hacking_analysis  # noqa: E402
+from coop_jax.projects.reward_hacking import analysis as hacking_analysis  # noqa: E402
 
 
 _load = hacking_report.load_runs

@@ -1,10 +1,11 @@
 """The package's import graph: no cycles, and dependencies that point one way.
 
 Layers, lowest first: models / kernels / parallel / hf  <-  sampling  <-  rl, verify, data
-<-  rm_input, rm_scoring, stats (shared by both sides)  <-  training (train*, rm_train, cooper,
-rewards, config, sft, export) and evaluation (eval)  <-  experiments. The process launchers
-(launch) stand apart: they import nothing from the package (no JAX before the children set it up).
-Every import counts, also those inside functions.
+<-  rm (input format, scoring), stats (shared by both sides)  <-  rm.train (VerifyRM training)
+<-  trainer (the policy trainer: loop, step, batch, rollouts, rewards, cooper, sft, probes) and
+eval  <-  projects (research code: nothing in the library imports it). The process launchers
+(launch) stand apart: they import nothing from the package (no JAX before the children set it
+up). Every import counts, also those inside functions.
 """
 import ast
 import pathlib
@@ -43,21 +44,27 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 
 def _component(module: str) -> str:
+    """The top package under coop_jax ("" for coop_jax itself); VerifyRM training is "rm.train",
+    apart from the RM's input and scoring that both trainers and the evaluation share."""
     parts = module.split(".")
+    if parts[1:3] == ["rm", "train"]:
+        return "rm.train"
     return parts[1] if len(parts) > 1 else ""
 
 
 # component -> components it must never import
-LOWER = {"models", "kernels", "parallel", "sampling", "rl", "verify"}
-TRAINING = {"train", "train_step", "train_batch", "rm_train", "rollouts", "cooper", "rewards",
-            "sft", "export"}
+TRAINING = {"trainer", "rm.train"}
+ABOVE_SAMPLING = {"rl", "verify", "data", "rm", "eval", "projects"} | TRAINING
 FORBIDDEN = {
-    "models": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
-    "kernels": {"sampling", "rl", "verify", "data", "eval", "experiments"} | TRAINING,
-    "sampling": {"rl", "verify", "data", "eval", "experiments"} | TRAINING,
-    "rl": {"sampling", "verify", "data", "eval", "experiments"} | TRAINING,
-    "verify": {"sampling", "rl", "data", "eval", "experiments"} | TRAINING,
-    "eval": {"train", "train_step", "rm_train", "cooper", "rewards", "sft", "experiments"},
+    "models": {"sampling"} | ABOVE_SAMPLING,
+    "kernels": {"sampling"} | ABOVE_SAMPLING,
+    "sampling": ABOVE_SAMPLING,
+    "rl": {"sampling", "verify", "data", "rm", "eval", "projects"} | TRAINING,
+    "verify": {"sampling", "rl", "data", "rm", "eval", "projects"} | TRAINING,
+    "rm": {"eval", "projects"} | TRAINING,
+    "rm.train": {"trainer", "eval", "projects"},
+    "trainer": {"projects"},
+    "eval": {"projects"} | TRAINING,
 }
 FORBIDDEN["launch"] = {_component(m) for m in MODULES} - {"launch"}
 # every data module, the coop-rephrase script included (its chat clients live in sampling.chat)
@@ -65,8 +72,8 @@ DATA_LIBRARY = {m for m in MODULES if _component(m) == "data"}
 
 
 def test_the_graph_was_read():
-    assert "coop_jax.train" in GRAPH and "coop_jax.rl.advantages" in GRAPH
-    assert "coop_jax.rewards" in GRAPH["coop_jax.train"]
+    assert "coop_jax.trainer.loop" in GRAPH and "coop_jax.rl.advantages" in GRAPH
+    assert "coop_jax.trainer.rewards" in GRAPH["coop_jax.trainer.loop"]
 
 
 def test_no_import_cycles():
@@ -115,19 +122,19 @@ def test_evaluation_and_the_config_schema_never_reach_training_code(component):
 
 
 def test_data_library_stays_below_training_and_evaluation():
-    upper = TRAINING | {"eval", "experiments"}
+    upper = TRAINING | {"eval", "projects"}
     bad = [(m, d) for m in DATA_LIBRARY for d in GRAPH[m] if _component(d) in upper]
     assert not bad, bad
 
 
 # Training never imports evaluation: generation, RM scoring and statistics live in sampling,
-# rm_scoring and stats. coop_jax.train is the one module left (its periodic policy evaluation and
-# training curves: evaluate_policy, plot_curves).
-EVAL_IMPORTERS_LEFT = {"coop_jax.train"}
+# rm.scoring and stats. coop_jax.trainer.loop is the one module left (its periodic policy
+# evaluation and training curves: evaluate_policy, plot_curves).
+EVAL_IMPORTERS_LEFT = {"coop_jax.trainer.loop"}
 
 
 def test_only_evaluation_and_experiments_import_evaluation():
-    users = {m for m, deps in GRAPH.items() if _component(m) not in ("eval", "experiments")
+    users = {m for m, deps in GRAPH.items() if _component(m) not in ("eval", "projects")
              for d in deps if _component(d) == "eval"}
     assert users <= EVAL_IMPORTERS_LEFT, f"modules importing coop_jax.eval: {sorted(users)}"
 
@@ -135,3 +142,24 @@ def test_only_evaluation_and_experiments_import_evaluation():
 def test_nothing_imports_the_eval_cli():
     users = sorted(m for m, deps in GRAPH.items() if "coop_jax.eval.cli" in deps)
     assert users == [], f"modules importing the evaluation CLI: {users}"
+
+
+# the shared infrastructure: the only modules directly in coop_jax/ (both trainers, the
+# evaluation and the projects use each); everything else lives in a package named for its role
+SHARED_INFRASTRUCTURE = {"coop_jax", "coop_jax.registry", "coop_jax.config", "coop_jax.console",
+                         "coop_jax.jsonl", "coop_jax.stats", "coop_jax.optim",
+                         "coop_jax.metrics_writer"}
+
+
+def test_only_shared_infrastructure_sits_at_the_top():
+    top = {m for m, p in MODULES.items() if p.parent == PACKAGE}
+    assert top == SHARED_INFRASTRUCTURE
+
+
+def test_the_reward_model_is_one_package():
+    """Its input format, scoring, loading and training; nothing RM-named outside it."""
+    assert {"coop_jax.rm.input", "coop_jax.rm.scoring", "coop_jax.rm.load",
+            "coop_jax.rm.train.loop"} <= set(MODULES)
+    outside = {m for m in MODULES if _component(m) not in ("rm", "rm.train", "projects")
+               and m.rsplit(".", 1)[-1].startswith("rm")}
+    assert outside == set()

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from conftest import repo_config, repo_module, save_tiny_hf_causal_lm, tiny_model_config
-from coop_jax import checkpoint, config as config_lib, export, models, parallel, train
-from coop_jax.build import add_adapters
+from coop_jax import checkpoint, config as config_lib, models, parallel
+from coop_jax.hf import export
+from coop_jax.trainer import loop as train
+from coop_jax.hf.build import add_adapters
 from coop_jax.models import lora
-from coop_jax.train_step import RMUpdate, StepConfig, init_state, jit_step, place_state
+from coop_jax.trainer.step import RMUpdate, StepConfig, init_state, jit_step, place_state
 from test_train_step import G, LOSS, RM_REWARD, RM_TX, TX, _batch
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,

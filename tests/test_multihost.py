@@ -36,7 +36,8 @@ def _env(tmp_path) -> dict:
 
 
 def _train_command(workdir, steps: int, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "coop_jax.train", f"--config={TINY}", f"--workdir={workdir}",
+    return [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={TINY}",
+            f"--workdir={workdir}",
             f"--config.train.steps={steps}", "--config.train.checkpoint_every=2", *overrides]
 
 
@@ -122,7 +123,7 @@ def _children_of(workdir) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (f"--workdir={workdir}".encode() in cmdline and b"coop_jax.train" in cmdline
+        if (f"--workdir={workdir}".encode() in cmdline and b"coop_jax.trainer.loop" in cmdline
                 and b"coop_jax.launch.local" not in cmdline):
             pids.append(int(entry.name))
     return pids
@@ -200,7 +201,7 @@ def test_coop_eval_on_two_processes_gives_the_numbers_of_one(tmp_path, capfd):
 def test_coop_train_rm_on_two_processes_matches_one(tmp_path, capfd):
     """Each host tokenises its block of every RM batch; the loss, the held-out accuracy and the
     exported scores are those of one process."""
-    from coop_jax.rm_input import write_triples
+    from coop_jax.rm.input import write_triples
 
     triples = [{"question": f"{a}+{b}", "reference": str(a + b),
                 "completion": f"{a}+{b} = {a + b + (10 if bad else 0)}. #### "
@@ -212,7 +213,7 @@ def test_coop_train_rm_on_two_processes_matches_one(tmp_path, capfd):
 
     def command(run):
         r = "--config.rm_train."
-        return [sys.executable, "-m", "coop_jax.rm_train", f"--config={TINY}",
+        return [sys.executable, "-m", "coop_jax.rm.train", f"--config={TINY}",
                 r + "mode=train", r + f"triples={tmp_path / 'train.jsonl'}",
                 r + f"heldout={tmp_path / 'held.jsonl'}", r + f"workdir={tmp_path / run}",
                 r + "epochs=2", r + "batch_size=8", r + "log_every=1", r + "max_len=64",
@@ -271,7 +272,7 @@ if __name__ == "__main__":
         {"me": 0, "text": "é"}, {"me": 1, "text": "éé"}]
     assert host.any_process(me == 1) and not host.any_process(False)
     # padding trimmed to the batch: each host's valid columns differ, every host cuts one window
-    from coop_jax.train_batch import TrainBatch, trim_padding
+    from coop_jax.trainer.batch import TrainBatch, trim_padding
     mask = np.zeros((2, 32), bool)
     mask[:, :3 + 10 * me] = True  # host 0: 3 valid columns, host 1: 13
     prompt_mask = np.zeros((2, 24), bool)

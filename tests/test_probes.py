@@ -1,5 +1,5 @@
 """Hack probes: the synthetic task's probe set (experiments/hack_probes.py) and the trainer's
-periodic probe metrics (coop_jax/probes.py)."""
+periodic probe metrics (coop_jax/trainer/probes.py)."""
 import json
 import os
 
@@ -8,9 +8,9 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import probes, train
+from coop_jax.trainer import probes, loop as train
 from coop_jax.data.synthetic import make_dataset
-from coop_jax.experiments import hack_probes
+from coop_jax.projects.reward_hacking import hack_probes
 from coop_jax.verify import verify
 
 

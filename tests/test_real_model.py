@@ -155,7 +155,7 @@ def rule_run(smol, tmp_path_factory):
     args = documented_command("docs/real_models.md",
                               "coop-train --config=configs/smollm2_arithmetic.py")
     args = [a for a in args if not a.startswith("--workdir=")]
-    _run(["coop_jax.train", *args, f"--workdir={workdir}", *SHORT,
+    _run(["coop_jax.trainer.loop", *args, f"--workdir={workdir}", *SHORT,
           "--config.rollout.group_size=2", "--config.rollout.prompts_per_step=2",
           "--config.rollout.max_new_tokens=8"], smol)
     return workdir
@@ -180,7 +180,7 @@ def test_coop_export_reloads_in_transformers_with_identical_logits(rule_run, smo
     from coop_jax import checkpoint, models
 
     out = tmp_path / "export"
-    _run(["coop_jax.export", f"--checkpoint={rule_run}", f"--out={out}"], smol)
+    _run(["coop_jax.hf.export", f"--checkpoint={rule_run}", f"--out={out}"], smol)
     cfg, params, _ = checkpoint.load_model(str(rule_run), "policy")
     tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, 16))
     ours = np.asarray(models.lm_logits(params, cfg, tokens))
@@ -201,7 +201,7 @@ def test_cooper_two_steps_with_an_rm_from_the_same_causal_lm(smol, tmp_path):
     problems a temperature-0.7 sample is right about 4% of the time, too rarely for 2 short
     steps, so the questions here are 16 of them that the model answers right greedily; at
     temperature 0.2 it then gets 45% of its samples right, every question mixed (measured)."""
-    _run(["coop_jax.train", f"--config={CONFIG}", f"--workdir={tmp_path}", *SHORT,
+    _run(["coop_jax.trainer.loop", f"--config={CONFIG}", f"--workdir={tmp_path}", *SHORT,
           f"--config.reward_model.hf_path={smol.gguf}", "--config.reward_model.keep_layers=2",
           "--config.reward_model.lora.rank=16", "--config.reward.type=cooper",
           "--config.cooper.negative=rollout", "--config.cooper.heldout_every=0",

@@ -1,4 +1,4 @@
-"""The real-model lane's bookkeeping (coop_jax.experiments.real_model and its report) on made-up
+"""The real-model lane's bookkeeping (coop_jax.projects.real_model.lane and its report) on made-up
 files: paired gains, the time split, Cooper's pair counts, held-out RM triples, resumption."""
 import json
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from absl.app import UsageError
 
-from coop_jax.experiments import real_model, real_model_report
+from coop_jax.projects.real_model import lane as real_model, report as real_model_report
 
 
 def _sample(i: int, mode: str, correct: bool, j: int = 0) -> dict:

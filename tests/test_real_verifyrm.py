@@ -1,4 +1,4 @@
-"""The real-model VerifyRM pipeline (coop_jax.experiments.real_verifyrm) end to end on a tiny
+"""The real-model VerifyRM pipeline (coop_jax.projects.real_model.verifyrm) end to end on a tiny
 random HF policy: generator run, sampled and programmatic triples, rule labels, the split rules,
 full fine-tuning, the portable RM and the gate."""
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import save_tiny_hf_causal_lm
-from coop_jax.experiments import real_verifyrm
+from coop_jax.projects.real_model import verifyrm as real_verifyrm
 from coop_jax.jsonl import read_jsonl
 
 TINY = ("--config.data.chat_template=False", "--config.data.max_prompt_len=256",
@@ -34,7 +34,8 @@ def pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("vrm")
     policy = save_tiny_hf_causal_lm(root / "policy")
     argv = ["real_verifyrm", "--config=configs/smollm2_arithmetic.py",
-            f"--config.model.hf_path={policy}", f"--config.reward_model.hf_path={policy}", *TINY, f"--workdir={root / 'work'}",
+            f"--config.model.hf_path={policy}", f"--config.reward_model.hf_path={policy}", *TINY,
+            f"--workdir={root / 'work'}",
             f"--results={root / 'results'}", "--train_questions=6", "--heldout_questions=4",
             "--samples=2", "--generator_steps=1,2"]
     report = real_verifyrm.cli(argv)
@@ -100,7 +101,7 @@ def test_a_lora_rm_is_refused_naming_the_field(tmp_path):
 def test_cooper_starts_from_the_kept_portable_rm(pipeline):
     """`cooper.rm_checkpoint` may name the kept folder: coop-train decodes it onto
     `reward_model.hf_path` and scores the held-out triples as the gate did, then trains it."""
-    from coop_jax import train
+    from coop_jax.trainer import loop as train
     root, _, report = pipeline
     kept, policy = root / "results" / "inputs", root / "policy"
     work = root / "cooper"
@@ -121,25 +122,27 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
     from absl.app import UsageError
 
     from coop_jax import config as config_lib
-    from coop_jax import parallel, train
+    from coop_jax import parallel
+    from coop_jax.rm.load import load_reward_model
     root, _, _ = pipeline
     c = config_lib.load_config_file("configs/tiny_test.py")
     c.cooper.rm_checkpoint = str(root / "results" / "inputs")
     mesh = parallel.make_mesh(tuple(c.mesh.shape))
     with pytest.raises(UsageError, match="config.reward_model.hf_path to the base"):
-        train.load_reward_model(c, None, mesh, None)
+        load_reward_model(c, None, mesh, None)
 
 
 def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeypatch):
     import jax
 
     from coop_jax import config as config_lib
-    from coop_jax import parallel, train
+    from coop_jax import parallel
     from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
+    from coop_jax.rm import load
     c = config_lib.load_config_file("configs/tiny_test.py")
-    monkeypatch.setattr(train.log, "propagate", True)  # a coop-train run in this process stops it
+    monkeypatch.setattr(load.log, "propagate", True)  # a coop-train run in this process stops it
     with caplog.at_level("WARNING", logger="coop_jax"):
-        train.load_reward_model(c, prepare_tokenizer(load_tokenizer(None)),
-                                parallel.make_mesh(tuple(c.mesh.shape)), jax.random.key(0))
+        load.load_reward_model(c, prepare_tokenizer(load_tokenizer(None)),
+                               parallel.make_mesh(tuple(c.mesh.shape)), jax.random.key(0))
     assert any("UNTRAINED REWARD MODEL" in r.message and "config.cooper.rm_checkpoint"
                in r.message for r in caplog.records)

@@ -14,7 +14,8 @@ from conftest import repo_config, save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
-from coop_jax import data, train
+from coop_jax import data
+from coop_jax.trainer import loop as train
 from coop_jax.data import rephrase
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from coop_jax.experiments import results_page
+from coop_jax.projects.reward_hacking import results_page
 
 PAGE = """# Experiment
 

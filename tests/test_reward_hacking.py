@@ -9,9 +9,10 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import checkpoint, cooper, rewards
+from coop_jax import checkpoint
+from coop_jax.trainer import cooper, rewards
 from coop_jax.data.synthetic import make_dataset, solution_error_kind
-from coop_jax.experiments import hacking_report, reward_hacking
+from coop_jax.projects.reward_hacking import report as hacking_report, driver as reward_hacking
 from coop_jax.verify import RuleVerifier
 
 G = 2
@@ -143,7 +144,7 @@ def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
     triples = [{"question": r["question"], "reference": r["reference"], "completion": c,
                 "label": y} for r, c, y in rows]
     train_path, held_path = str(tmp_path / "train.jsonl"), str(tmp_path / "held.jsonl")
-    from coop_jax.rm_input import write_triples
+    from coop_jax.rm.input import write_triples
     write_triples(train_path, triples[::2])
     write_triples(held_path, triples[1::2])
     summary = reward_hacking.static_rm(config, train_path, held_path, str(tmp_path / "rm"))
@@ -207,7 +208,8 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     workdir (a later session) restores them, trains neither, and resumes from the kept runs."""
     import ml_collections
 
-    from coop_jax.experiments import plan_inputs, rm_corpus
+    from coop_jax.projects.reward_hacking import plan_inputs
+    from coop_jax.projects import rm_corpus
 
     config = _tiny_config()
     config.sft.update(steps=2, batch_size=4, max_len=40)
@@ -253,7 +255,7 @@ def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
     """run_store.run_all with a fake run: each finished run's summary is kept (and committed,
     that folder only) as it ends; a rerun, even from a fresh workdir, skips the kept runs; a kept
     summary of other settings is refused."""
-    from coop_jax.experiments import run_store
+    from coop_jax.projects import run_store
 
     for var, value in (("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t"),
                        ("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")):
@@ -291,7 +293,7 @@ def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
 
 
 def test_settings_fingerprint_ignores_the_run_selection():
-    from coop_jax.experiments import run_store
+    from coop_jax.projects import run_store
 
     config = reward_hacking_config()
     base = run_store.fingerprint(config)
@@ -305,13 +307,13 @@ def test_offline_corpus_agreeing_labels_both_formats_and_manifest(tmp_path):
     """The offline static-RM corpus on 12 questions, programmatic generators only: both answer
     formats, every kept triple labelled the same by both verifiers, no question on both sides
     of the split, and a manifest whose start-policy check holds."""
-    from coop_jax.experiments import rm_corpus
+    from coop_jax.projects import rm_corpus
     from coop_jax.verify import verify
 
     records = make_dataset(12, seed=2, split="train")
     train_path, held_path = rm_corpus.build_corpus(
         records, str(tmp_path / "c"), start_policy="policy:/sft", heldout_fraction=0.25, seed=0)
-    from coop_jax.rm_input import read_triples
+    from coop_jax.rm.input import read_triples
     train_set, held = read_triples(train_path), read_triples(held_path)
     assert {t["question"] for t in train_set}.isdisjoint({t["question"] for t in held})
     for t in train_set + held:
@@ -432,7 +434,7 @@ def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
 
     monkeypatch.setattr(reward_hacking.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
         "heldout_accuracy": 0.99, "heldout_auc": 0.99, "num_heldout": 50})
-    monkeypatch.setattr("coop_jax.experiments.hacking_report.write_hacking_report",
+    monkeypatch.setattr("coop_jax.projects.reward_hacking.report.write_hacking_report",
                         lambda dirs, workdir, **kw: {"runs": dirs})
     monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
     ran = _fake_store(monkeypatch, 0.6)
@@ -456,7 +458,7 @@ def test_commit_refuses_an_ignored_results_dir_before_any_work(tmp_path, monkeyp
     """A .gitignore rule over the results folder (`runs/` matched the kept runs'
     docs/results/reward_hacking/runs/) is an error at start, naming the rule; the repository's
     own results folder is committable."""
-    from coop_jax.experiments import run_store
+    from coop_jax.projects import run_store
     repo = tmp_path / "repo"
     repo.mkdir()
     _git(repo, "init", "-q")
@@ -480,7 +482,7 @@ def test_commit_refuses_an_ignored_results_dir_before_any_work(tmp_path, monkeyp
 
 
 def test_parse_sft_policies():
-    from coop_jax.experiments import rm_corpus
+    from coop_jax.projects import rm_corpus
 
     assert rm_corpus.parse_sft_policies("seed=1,corrupt=0.3,steps=100; seed=2") == [
         {"seed": 1, "corrupt_fraction": 0.3, "steps": 100}, {"seed": 2}]
@@ -498,7 +500,7 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
     parameters when the settings are disguised)."""
     import ml_collections
     from coop_jax import hf
-    from coop_jax.experiments import rm_corpus
+    from coop_jax.projects import rm_corpus
 
     config = _tiny_config()
     config.sft.update(steps=2, batch_size=4, max_len=40)
@@ -515,7 +517,7 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
     for v in gens.values():
         assert v["made"] > 0 and v["kept"] + v["disagreements"] == v["made"]
         assert v["params_digest"] != start["params"] and v["settings_digest"] != start["settings"]
-    from coop_jax.rm_input import read_triples
+    from coop_jax.rm.input import read_triples
     kept = read_triples(str(tmp_path / "rm" / "train_triples.jsonl")) + read_triples(
         str(tmp_path / "rm" / "heldout_triples.jsonl"))
     # every generator's kept triples, the SFT policies' included, are in the corpus files
@@ -537,7 +539,7 @@ def test_a_one_seed_driver_reports_against_the_whole_plan(tmp_path, monkeypatch)
     """The results page counts the missing runs of the plan (the config file's own methods and
     seeds), not of a one-arm or one-seed driver's selection, and reports every kept run."""
     from coop_jax.config import load_config_file
-    from coop_jax.experiments.arms import expected_runs
+    from coop_jax.projects.reward_hacking.arms import expected_runs
 
     config = reward_hacking_config()
     results = tmp_path / "results"
@@ -548,7 +550,7 @@ def test_a_one_seed_driver_reports_against_the_whole_plan(tmp_path, monkeypatch)
     os.makedirs(results / "runs" / "static_rm_s0")  # kept by an earlier driver
     (results / "runs" / "static_rm_s0" / "summary.json").write_text(json.dumps({"seed": 0}))
     seen = {}
-    monkeypatch.setattr("coop_jax.experiments.hacking_report.write_hacking_report",
+    monkeypatch.setattr("coop_jax.projects.reward_hacking.report.write_hacking_report",
                         lambda dirs, workdir, **kw: seen.update(kw, dirs=dirs) or {})
     monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
     plan = expected_runs(load_config_file("configs/toy_hacking.py"))
@@ -593,7 +595,7 @@ def test_every_experiment_field_has_a_description():
 
 def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):
     """train.train returns {"stopped_at": step} on SIGTERM: not a finished run."""
-    from coop_jax.experiments import run_store
+    from coop_jax.projects import run_store
     calls = []
 
     def run(arm, seed, run_dir):

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from coop_jax import config, rewards
+from coop_jax import config
+from coop_jax.trainer import rewards
 from coop_jax.registry import Options
 
 
@@ -73,7 +74,7 @@ def test_rule_labels_from_the_process_pool():
 
 
 def test_every_reward_type_is_registered_with_a_device_source():
-    from coop_jax.train_step import DEVICE_REWARDS
+    from coop_jax.trainer.step import DEVICE_REWARDS
     for name, source in rewards.REWARD_SOURCES.items():
         assert source.name == name and source.device in DEVICE_REWARDS
         assert source.needs_rm == (name in rewards.rm_reward_types())
@@ -146,7 +147,7 @@ def test_ema_teacher_update_hook():
     from ml_collections import ConfigDict
 
     from coop_jax.optim import ModelState
-    from coop_jax.train_step import TrainState
+    from coop_jax.trainer.step import TrainState
 
     config = ConfigDict({"corewarding": {"a_start": 0.5, "a_end": 0.1, "decay_steps": 0},
                          "train": {"steps": 4}})

@@ -5,12 +5,12 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import rm_train
+from coop_jax.rm import train as rm_train
 from coop_jax.config import base_config, validate
 from coop_jax.data import format_prompt
 from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm_input import (RMInputFormat, format_rm_input, rm_input_format,
-                               tokenize_rm_inputs, trained_input_format)
+from coop_jax.rm.input import (RMInputFormat, format_rm_input, rm_input_format, tokenize_rm_inputs,
+                               trained_input_format)
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from coop_jax import sft
+from coop_jax.trainer import sft
 from coop_jax.models.tokenizer import load_tokenizer
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import repo_config
-from coop_jax import rewards, rl, train, train_step
+from coop_jax.trainer import rewards, loop as train, step as train_step
+from coop_jax import rl
 from coop_jax.registry import Options, Param, Registry
 
 

@@ -1,4 +1,4 @@
-"""`coop_jax.train_batch`: padding trimmed to the batch (`trim_padding`, `rl.pad_buckets`)."""
+"""`coop_jax.trainer.batch`: padding trimmed to the batch (`trim_padding`, `rl.pad_buckets`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +9,9 @@ import pytest
 
 import test_train_step as step_test
 from coop_jax import models
-from coop_jax.train_batch import (TrainBatch, bucket_lengths, padding_window, trim_padding,
-                                  valid_span)
-from coop_jax.train_step import RMUpdate, StepConfig
+from coop_jax.trainer.batch import (TrainBatch, bucket_lengths, padding_window, trim_padding,
+                                    valid_span)
+from coop_jax.trainer.step import RMUpdate, StepConfig
 
 
 @pytest.mark.parametrize("full,buckets,expected", [

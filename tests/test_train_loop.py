@@ -11,7 +11,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax import rewards, rollouts, train
+from coop_jax.trainer import rewards, rollouts, loop as train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "configs", "tiny_test.py")
@@ -126,7 +126,7 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
     import jax
 
     from coop_jax import data
-    from coop_jax.train_step import _logprobs
+    from coop_jax.trainer.step import _logprobs
     c = tiny_config()
     c.rollout.overlap = True
     c.train.steps = 3
@@ -168,7 +168,8 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
 
 
 def _cli(workdir, steps, overlap=False):
-    return [sys.executable, "-m", "coop_jax.train", f"--config={TINY}", f"--workdir={workdir}",
+    return [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={TINY}",
+            f"--workdir={workdir}",
             f"--config.train.steps={steps}", "--config.train.checkpoint_every=2",
             f"--config.rollout.overlap={overlap}"]
 
@@ -217,7 +218,8 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, overlap):
 
 def _check_export(workdir):
     """coop-export of both models gives HF folders with the checkpoint's outputs."""
-    from coop_jax import checkpoint, export, hf, models
+    from coop_jax import checkpoint, hf, models
+    from coop_jax.hf import export
 
     tokens = np.array([[5, 6, 7, 8, 9]], np.int32)
     for which in ("policy", "rm"):

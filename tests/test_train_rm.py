@@ -12,9 +12,10 @@ from conftest import save_tiny_policy
 from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
-from coop_jax import data, optim, rm_train
-from coop_jax.rm_input import TRIPLE_KEYS, write_triples
-from coop_jax.rm_train import loop
+from coop_jax import data, optim
+from coop_jax.rm import train as rm_train
+from coop_jax.rm.input import TRIPLE_KEYS, write_triples
+from coop_jax.rm.train import loop
 from coop_jax.verify import RuleVerifier
 
 RM_FLAGS = ["--config.reward_model.hidden_size=32", "--config.reward_model.intermediate_size=64",
@@ -186,8 +187,8 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     from coop_jax.checkpoint import load_model
     from coop_jax.eval import cli
     from coop_jax.models.tokenizer import load_tokenizer
-    from coop_jax.rm_input import RMInputFormat
-    from coop_jax.rm_scoring import score_triples
+    from coop_jax.rm.input import RMInputFormat
+    from coop_jax.rm.scoring import score_triples
 
     tmp, summary, held = trained
     cfg, params, meta = load_model(str(tmp / "work"), "rm")
@@ -276,7 +277,7 @@ def _tiny_rm(seed: int = 0):
 def test_gradient_accumulation_over_micro_batches_equals_one_batch():
     import jax
 
-    from coop_jax.train_step import place_state
+    from coop_jax.trainer.step import place_state
     cfg, params, mesh = _tiny_rm()
     opts = config_lib.rm_train_section()
     opts.update(learning_rate=1e-2, weight_decay=0.01, grad_clip=1.0, schedule="linear")

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from conftest import tiny_model_config
-from coop_jax import models, parallel, rl, train_step
+from coop_jax import models, parallel, rl
+from coop_jax.trainer import step as train_step
 from coop_jax.optim import make_optimizer
 from coop_jax.registry import Options
-from coop_jax.train_batch import Behaviour, TrainBatch
-from coop_jax.train_step import (RMUpdate, StepConfig, bradley_terry_loss, init_state,
-                                 place_state, rm_rewards, state_shardings)
+from coop_jax.trainer.batch import Behaviour, TrainBatch
+from coop_jax.trainer.step import (RMUpdate, StepConfig, bradley_terry_loss, init_state,
+                                   place_state, rm_rewards, state_shardings)
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
                            qkv_bias=True)
@@ -211,7 +212,7 @@ def test_hybrid_reward_keeps_rule_strata(source):
                      kernel_impl="xla", reward_options=Options.of(weight=0.4))
     state = _state(True)
     batch = _batch(4)
-    from coop_jax.train_step import compute_rewards
+    from coop_jax.trainer.step import compute_rewards
     rewards, _, _ = compute_rewards(state, cfg, jax.tree_util.tree_map(jnp.asarray, batch))
     rewards = np.asarray(rewards)
     rule = batch.rewards > 0.5
@@ -221,7 +222,7 @@ def test_hybrid_reward_keeps_rule_strata(source):
 def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     """rollout.overlap: the PPO ratio is taken against the sampler's log-probs when the batch
     carries them; equal ones give the on-policy step."""
-    from coop_jax.train_step import _logprobs
+    from coop_jax.trainer.step import _logprobs
     cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
                      kernel_impl="xla")
     tx = make_optimizer(1e-2, weight_decay=0.0)
@@ -246,7 +247,7 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
     """One epoch, one mini-batch, no behaviour log-probs: the ratio is exactly 1, so the old
     log-probs are the loss forward's own (one policy forward pass fewer) and the update, the
     loss and every metric equal the step that recomputes them."""
-    from coop_jax import train_step
+    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla")
     state, batch = _state(False), _batch(6)
     calls, real = [], train_step._logprobs
@@ -268,7 +269,7 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
 
 
 def test_the_old_logprob_pass_stays_where_the_ratio_can_differ():
-    from coop_jax import train_step
+    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G)
     batch = _batch(0)
     assert train_step.old_is_current(cfg, batch)
@@ -283,7 +284,7 @@ def test_the_old_logprob_pass_stays_where_the_ratio_can_differ():
 def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     """With the sampler's log-probs and entropies in the batch the step runs no forward pass for
     them: `rollout_entropy` is the behaviour policy's, and the update is the same."""
-    from coop_jax import train_step
+    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
                      kernel_impl="xla")
     tx = make_optimizer(1e-2, weight_decay=0.0)
@@ -353,7 +354,7 @@ def test_bradley_terry_loss_and_gradient_by_hand(monkeypatch):
     dL/dw = -1/2 [(1 - s(4)) (e1 + e3 - 2 e2) + (1 - s(-1)) (e1 - e3)]
           = [0, -0.3745224, 0.0179862, 0.3565362]  (1 - s(4) = 0.0179862, 1 - s(-1) = 0.7310586).
     The masked third pair (margin -10) counts neither in the loss nor in the mean."""
-    from coop_jax.train_batch import PairBatch
+    from coop_jax.trainer.batch import PairBatch
     monkeypatch.setattr(train_step.models, "reward_scores",
                         lambda params, cfg, tokens, mask: (params["w"][tokens] * mask).sum(-1))
     pairs = PairBatch(pos_tokens=jnp.array([[1, 3], [1, 0], [0, 0]]),
@@ -380,7 +381,7 @@ def _grouped(batch: TrainBatch) -> TrainBatch:
 
 
 def _lora_state(cfg: StepConfig):
-    from coop_jax.build import add_adapters
+    from coop_jax.hf.build import add_adapters
     from coop_jax.models import lora
     base = models.init_params(POLICY, jax.random.key(0))
     policy, params = add_adapters(POLICY, base, lora.LoraConfig(rank=4, alpha=8.0),

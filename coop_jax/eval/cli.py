@@ -34,8 +34,8 @@ from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, Synthe
                            format_prompt, load_split)
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
-from coop_jax.rm_input import read_triples, rm_input_format, trained_input_format
-from coop_jax.rm_scoring import evaluate_reward_model
+from coop_jax.rm.input import read_triples, rm_input_format, trained_input_format
+from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "default_config.py")

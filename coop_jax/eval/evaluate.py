@@ -1,5 +1,5 @@
 """Policy evaluation with bootstrap confidence intervals (the reward model's accuracy is
-`coop_jax.rm_scoring.evaluate_reward_model`, shared with training).
+`coop_jax.rm.scoring.evaluate_reward_model`, shared with training).
 
 Policy protocol (docs/ALGORITHMS.md §1): greedy accuracy plus avg@k / pass@k from k samples at
 temperature 0.7, top-p 0.95. Every metric is first computed per problem, then averaged over

@@ -10,6 +10,7 @@ from coop_jax.parallel.mesh import (
     make_mesh,
     maybe_initialize_distributed,
     param_shardings,
+    place_on_mesh,
     replicated,
     shard_params,
     sharded_init,
@@ -17,5 +18,5 @@ from coop_jax.parallel.mesh import (
 
 __all__ = ["AXES", "LOGICAL_RULES", "batch_sharding", "batch_shardings", "host",
            "logical_sharding", "make_mesh",
-           "maybe_initialize_distributed", "param_shardings", "replicated", "shard_params",
+           "maybe_initialize_distributed", "param_shardings", "place_on_mesh", "replicated", "shard_params",
            "sharded_init"]

@@ -221,3 +221,15 @@ def maybe_initialize_distributed(mesh_config: ml_collections.ConfigDict | bool) 
                              f"cluster to join ({reason}); {_HOW_TO_SET}") from e
     logging.info("jax.distributed: process %d of %d, %d global devices", jax.process_index(),
                  jax.process_count(), jax.device_count())
+
+
+def place_on_mesh(tree, mesh: Mesh):
+    """Every leaf on `mesh`: arrays already sharded on it keep their named shardings, the rest
+    (step counters, optimizer counts, host arrays) is replicated."""
+    def place(x):
+        sharding = getattr(x, "sharding", None)
+        if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:
+            return x
+        return jax.device_put(x, NamedSharding(mesh, P()))
+
+    return jax.tree_util.tree_map(place, tree)

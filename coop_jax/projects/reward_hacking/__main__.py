@@ -1,0 +1,3 @@
+from coop_jax.projects.reward_hacking.driver import run
+
+run()

@@ -1,0 +1,84 @@
+"""The RM a run starts from: a trained checkpoint (`cooper.rm_checkpoint`: a coop-train or
+coop-train-rm workdir, or a kept portable RM decoded onto `reward_model.hf_path`), else the
+`reward_model` section (an HF causal LM with a new scalar head, or a random architecture), with
+fresh LoRA adapters under `reward_model.lora`."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, NamedTuple
+
+import jax
+
+from coop_jax import checkpoint, console, parallel
+from coop_jax.checkpoint import portable
+from coop_jax.hf.build import load_model, with_lora
+from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.rm.input import rm_input_format, trained_input_format
+
+log = logging.getLogger("coop_jax")
+
+
+class RewardModel(NamedTuple):
+    config: Any     # ModelConfig
+    params: Any
+    tokenizer: Any
+    tokenizer_path: str = ""  # recorded in the run's checkpoints as "rm_tokenizer"
+
+
+def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
+    """The RM: a trained checkpoint (`cooper.rm_checkpoint`) or `reward_model` (HF path or
+    random architecture), with fresh adapters under `reward_model.lora`. A source that does not
+    fit the run (a random RM narrower than the policy's tokenizer, a portable RM without its
+    base) is a UsageError naming the field."""
+    with console.usage_errors():
+        rm = _reward_model(config, tokenizer, mesh, key)
+    cfg, params = with_lora(config.reward_model, rm.config, rm.params, mesh,
+                            jax.random.fold_in(key, 4))
+    return rm._replace(config=cfg, params=params)
+
+
+def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
+    rm_path = config.cooper.rm_checkpoint
+    if rm_path:
+        if portable.is_portable(rm_path) and not os.path.isdir(os.path.join(rm_path,
+                                                                             "checkpoints")):
+            rm_cfg, params, meta = _portable_rm(config.reward_model, rm_path, mesh)
+        else:
+            rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
+        run_fmt = dataclasses.asdict(rm_input_format(config))
+        for name, trained in trained_input_format(meta.get("config", {})).items():
+            if trained is not None and trained != run_fmt[name] and not (
+                    name == "template" and run_fmt["question_format"] == "question"):
+                log.warning("the RM in %s was trained with input %s=%s, this run uses %s",
+                            rm_path, name, trained, run_fmt[name])
+        path = meta.get("rm_tokenizer", meta.get("tokenizer")) or ""
+        return RewardModel(rm_cfg, params, load_tokenizer(path or None), path)
+    section = config.reward_model
+    if not section.hf_path:
+        log.warning("reward model starts from random weights (no reward_model.hf_path or "
+                    "cooper.rm_checkpoint)")
+    log.warning("UNTRAINED REWARD MODEL: config.cooper.rm_checkpoint is empty, so the RM's score "
+                "head is newly drawn and scores at chance; Cooper starts from a trained VerifyRM "
+                "(coop-train-rm, or python -m coop_jax.projects.real_model.verifyrm) named by "
+                "config.cooper.rm_checkpoint")
+    rm_cfg, params, _ = load_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
+                                   num_labels=1, field="reward_model")
+    if section.hf_path:
+        return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
+    # a random RM reads the policy's tokens
+    return RewardModel(rm_cfg, params, tokenizer, config.model.tokenizer or config.model.hf_path)
+
+
+def _portable_rm(section, rm_path: str, mesh):
+    """(config, sharded params, meta) of an RM kept as its difference from `section.hf_path`
+    (`checkpoint.portable`; a folder that also holds the decoded `checkpoints/` loads those):
+    that base is loaded here, the kept RM decoded onto it."""
+    if not section.hf_path:
+        raise ValueError(f"config.cooper.rm_checkpoint {rm_path} is a portable RM: set "
+                         "config.reward_model.hf_path to the base it was trained from")
+    rm_cfg, base, lm = load_model(section, None, None, None, num_labels=1, field="reward_model")
+    params, meta = portable.restore(rm_path, jax.device_get(base))
+    params = jax.device_put(params, parallel.param_shardings(rm_cfg, mesh))
+    return rm_cfg, params, dict(meta, rm_tokenizer=lm.source or section.hf_path)

@@ -1,0 +1,683 @@
+"""coop-train: GRPO-family RL with rule, RM (static / Cooper / hybrid) and label-free rewards.
+
+    coop-train --config=configs/default.py --workdir=DIR [--config.rollout.group_size=16 ...]
+
+One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), as `Trainer.run` reads:
+  before_step   the reward source's per-step hook (Co-rewarding-II: EMA teacher update)
+  rollouts      sample -> decode -> verify -> reward -> pairs -> TrainBatch (`trainer.rollouts`)
+  update        one compiled step (`train_step`): rewards on device, advantages, policy (and RM)
+  evaluate      held-out accuracy of the policy, and of the RM on its held-out triples
+  log / checkpoint
+With `rollout.overlap` (one-step off-policy, `rollouts.RolloutFeed`), the rollouts of step t+1 are
+sampled by the parameters update t starts from, and their host half runs in a thread while the
+device updates. Resumes from the newest checkpoint in DIR; SIGTERM saves and exits.
+"""
+from __future__ import annotations
+
+import contextlib
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from absl.app import UsageError
+
+from coop_jax import checkpoint, console, data, parallel, rl, sampling
+from coop_jax.trainer import cooper, rewards, sft
+from coop_jax.trainer import probes
+from coop_jax import config as config_lib
+from coop_jax.hf.build import load_model, with_lora
+from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
+from coop_jax.eval.report import plot_curves
+from coop_jax.metrics_writer import MetricWriter, read_metrics
+from coop_jax.models import lora
+from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
+from coop_jax.optim import make_optimizer
+from coop_jax.rm.input import read_triples, rm_input_format
+from coop_jax.rm.load import RewardModel, load_reward_model
+from coop_jax.rm.scoring import evaluate_reward_model
+from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSetup,
+                                       finish_rule_labels, rm_label_metrics)
+from coop_jax.trainer.batch import StepOutputs, TrainBatch, trim_padding
+from coop_jax.trainer.step import (DEVICE_REWARDS, StepConfig, TrainState, init_state, jit_step,
+                                   place_state, state_shardings)
+from coop_jax.verify import RuleVerifier
+
+log = logging.getLogger("coop_jax")
+
+
+# ---------------------------------------------------------------------- the run's configuration
+def check_multi_process(config, num_processes: int) -> None:
+    """One line naming the setting that cannot run on `num_processes` hosts."""
+    if num_processes == 1:
+        return
+    if config.rollout.prompts_per_step % num_processes:
+        raise ValueError(f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be "
+                         f"a multiple of the number of processes ({num_processes})")
+    if config.rl.dynamic_sampling:
+        raise ValueError("rl.dynamic_sampling runs on one process only: hosts would draw "
+                         "different numbers of refills (set rl.dynamic_sampling=False)")
+    if (config.rollout.overlap and config.cooper.negative == "rewrite"
+            and config.cooper.assistant_hf_path and not config.cooper.assistant_url):
+        raise ValueError("rollout.overlap with a local rewrite assistant (cooper.assistant_hf_path)"
+                         " runs on one process only: the sharded assistant's calls are collectives"
+                         ", which the rollout thread cannot make (use cooper.assistant_url or "
+                         "rollout.overlap=False)")
+    if config.sft.steps and config.sft.batch_size % num_processes:
+        raise ValueError(f"sft.batch_size ({config.sft.batch_size}) must be a multiple of the "
+                         f"number of processes ({num_processes})")
+
+
+def validate_config(config, device_count: int | None = None, num_processes: int = 1) -> None:
+    """Raise ValueError naming the first field a run cannot work with: the schema's checks, the
+    reward type's and the negative strategy's, and the multi-process ones."""
+    config_lib.validate(config, device_count)
+    rewards.validate_config(config)
+    cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
+    check_lora(config)
+    check_multi_process(config, num_processes)
+
+
+def check_lora(config) -> None:
+    """One line naming a LoRA setting (`model.lora`, `reward_model.lora`) the run cannot use."""
+    source = rewards.reward_source(config.reward.type)
+    if config.model.lora.rank and source.needs_teacher:
+        raise ValueError(f"config.model.lora.rank must be 0 with reward.type="
+                         f"{config.reward.type!r}: its EMA teacher averages the full policy's "
+                         "parameters, not adapters")
+    if config.reward_model.lora.rank and not source.trains_rm:
+        raise ValueError(f"config.reward_model.lora.rank must be 0 with reward.type="
+                         f"{config.reward.type!r}, which does not train the RM (LoRA on the RM "
+                         f"is for {list(rewards.REWARD_SOURCES.where(lambda s: s.trains_rm))})")
+
+
+class Records(NamedTuple):
+    train: list[dict]
+    heldout: list[dict]
+    skipped: int  # rows dropped for an empty question or reference
+
+
+def _valid_record(r: dict) -> bool:
+    return all(isinstance(r.get(k), str) and r[k].strip() for k in ("question", "reference"))
+
+
+def load_records(config) -> Records:
+    """Train and held-out records; invalid rows (empty question / reference) dropped, counted."""
+    d = config.data
+    synthetic = None
+    if d.dataset == "synthetic":
+        synthetic = data.SyntheticConfig(**d.synthetic.to_dict())
+    kw = dict(data_dir=d.data_dir or None, seed=config.seed, synthetic=synthetic)
+    train = data.load_split(d.dataset, d.train_split, num_examples=(
+        d.synthetic_train_size if d.dataset == "synthetic" else (d.num_train or None)), **kw)
+    held_out = data.load_split(d.dataset, d.eval_split, num_examples=d.num_eval or None, **kw)
+    valid_train = [r for r in train if _valid_record(r)]
+    valid_eval = [r for r in held_out if _valid_record(r)]
+    skipped = len(train) - len(valid_train) + len(held_out) - len(valid_eval)
+    if skipped:
+        log.warning("skipped %d records with an empty question or reference", skipped)
+    if not valid_train:
+        raise ValueError("no valid training records")
+    return Records(valid_train, valid_eval, skipped)
+
+
+def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
+    """(ModelConfig, params) of a model section (see `coop_jax.hf.build.load_model`)."""
+    field = "reward_model" if num_labels else "model"
+    return load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)[:2]
+
+
+def _tokenizer_path(config) -> str:
+    return config.model.tokenizer or config.model.hf_path or ""
+
+
+def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
+    """The compiled step's static configuration: the step's own fields, and the options each
+    part declared (the loss's `rl` section, the device reward's and the advantage estimator's
+    parameters, the reward source's RM update and views)."""
+    c, source = config, rewards.reward_source(config.reward.type)
+    # Dr.GRPO's constant is the configured response length, not the batch's (cut by pad_buckets)
+    loss = dataclasses.replace(rl.LossConfig.from_config(c.rl),
+                               agg_max_len=c.rollout.max_new_tokens)
+    return StepConfig(
+        policy=policy_cfg, loss=loss, group_size=c.rollout.group_size,
+        advantage=c.rl.advantage, advantage_options=rl.ADVANTAGES.options(c.rl.advantage, c),
+        temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
+        num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
+        kl_in_reward=c.rl.kl_in_reward, kl_coef_in_reward=c.rl.kl_coef,
+        kl_controller=c.rl.kl_controller, kl_target=c.rl.kl_target,
+        kl_horizon=float(c.rl.kl_horizon),
+        kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
+        log_kl_to_start=c.rl.log_kl_to_start,
+        device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
+        rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
+        valid_vocab=valid_vocab, num_views=source.num_views,
+        reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
+
+
+def policy_optimizer(config):
+    o = config.optim
+    return make_optimizer(o.learning_rate, warmup_steps=o.warmup_steps,
+                          total_steps=config.train.steps, schedule=o.schedule,
+                          weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
+                          grad_clip=o.grad_clip)
+
+
+def rm_optimizer(config):
+    """Cooper's RM AdamW: linear warm-up over `warmup_ratio` of the run, then constant."""
+    c, steps = config.cooper, config.train.steps
+    return make_optimizer(c.learning_rate, warmup_steps=math.ceil(c.warmup_ratio * steps),
+                          total_steps=steps, weight_decay=c.weight_decay, grad_clip=c.grad_clip)
+
+
+# ---------------------------------------------------------------------- evaluation
+def headline_name(config) -> str:
+    """The headline metric in words, e.g. "avg@8 (T=0.7, top-p 0.95)" or "greedy"."""
+    e = config.eval
+    if e.headline == "greedy":
+        return "greedy"
+    return f"avg@{e.k} (T={e.temperature:g}, top-p {e.top_p:g})"
+
+
+def evaluate(config, params, policy_cfg, tokenizer, records, verifier,
+             also: dict | None = None) -> dict:
+    """Greedy accuracy, avg@k (eval.k samples per problem) and the headline one of the two, of
+    the policy `params` on the held-out `records` (lenient); with `also` (GSM8K's strict
+    verifier, `strict_verifiers`) their strict values too ("..._strict")."""
+    c = config
+    if not records:
+        return {}
+    report, _ = evaluate_policy(
+        params, policy_cfg, tokenizer, records, template=c.data.prompt_template,
+        chat=c.data.chat_template, verifier=verifier, k=c.eval.k, temperature=c.eval.temperature,
+        top_p=c.eval.top_p, greedy=True, max_prompt_len=c.data.max_prompt_len,
+        max_new_tokens=c.rollout.max_new_tokens, batch_size=c.eval.batch_size, seed=c.seed,
+        kernel_impl=c.kernels.impl, also=also)
+    metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
+               "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
+    for name in also or {}:
+        metrics[f"eval/greedy_accuracy_{name}"] = report[name]["greedy_accuracy"]["mean"]
+        metrics[f"eval/sampled_accuracy_{name}"] = report[name]["avg_at_k"]["mean"]
+    metrics["eval/headline_accuracy"] = metrics[
+        "eval/greedy_accuracy" if c.eval.headline == "greedy" else "eval/sampled_accuracy"]
+    return metrics
+
+
+def rm_heldout(config, rm_params, rm: RewardModel | None) -> dict:
+    """The RM's accuracy on `cooper.heldout_triples` (when set)."""
+    path = config.cooper.heldout_triples
+    if rm is None or not path:
+        return {}
+    report, _ = evaluate_reward_model(rm_params, rm.config, rm.tokenizer, read_triples(path),
+                                      fmt=rm_input_format(config), batch_size=64)
+    return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
+
+
+def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVerifier]:
+    """(the rewards' verifier, the evaluation's). Rewards match answers as
+    `rewards.extraction_mode` says (the reference's mode for the reward type by default); held-out
+    accuracy stays lenient so that runs of different reward types compare (the references'
+    stricter scores are logged beside it: `strict_verifiers`)."""
+    mode = rewards.extraction_mode(c)
+    verifier = stack.enter_context(RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s,
+                                                extraction=mode))
+    if mode == "lenient":
+        return verifier, verifier
+    return verifier, stack.enter_context(RuleVerifier(c.verifier.num_workers,
+                                                      c.verifier.timeout_s))
+
+
+def _due(done: int, every: int, last: bool) -> bool:
+    return last or bool(every and done % every == 0)
+
+
+# ---------------------------------------------------------------------- the compiled step
+class CompiledStep:
+    """`train_step` jitted with explicit shardings, built on the first batch (its arrays'
+    shardings), taking this host's rows of a `TrainBatch`. With `pad_buckets`, each batch's
+    padding is first cut to one of that many lengths per axis (`train_batch.trim_padding`); jit
+    compiles once per distinct shape; the step's metrics gain the lengths and the count
+    (`shape_metrics`)."""
+
+    def __init__(self, cfg: StepConfig, tx, rm_tx, mesh, state_shardings, donate: bool,
+                 pad_buckets: int = 0):
+        self.cfg, self.tx, self.rm_tx, self.mesh = cfg, tx, rm_tx, mesh
+        self.state_shardings, self.donate, self.pad_buckets = state_shardings, donate, pad_buckets
+        self.fn, self.lengths, self.shapes = None, {}, set()
+
+    def shape_metrics(self) -> dict:
+        """The last batch's padded lengths (`shape/<axis>_len`) and how many shapes compiled."""
+        return {f"shape/{k}_len": v for k, v in self.lengths.items()} | {
+            "shape/compiled": len(self.shapes)}
+
+    def __call__(self, state: TrainState, host_batch: TrainBatch
+                 ) -> tuple[TrainState, StepOutputs]:
+        if self.cfg.share_prompt_prefix and not host_batch.groups_share_prompts(
+                self.cfg.group_size):
+            raise ValueError("rl.share_prompt_prefix: the rows of a group do not share one "
+                             "prompt (rows must be prompt-major, G rollouts per prompt)")
+        if self.pad_buckets:
+            host_batch, self.lengths = trim_padding(host_batch, self.pad_buckets)
+        self.shapes.add(tuple(x.shape for x in jax.tree_util.tree_leaves(host_batch)))
+        batch = host_batch.to_global(self.mesh, self.cfg.num_views)
+        if self.fn is None:
+            self.fn = jit_step(self.cfg, self.tx, self.rm_tx,
+                               state_shardings=self.state_shardings,
+                               batch_sharding=jax.tree_util.tree_map(lambda x: x.sharding, batch),
+                               replicated=parallel.replicated(self.mesh), donate=self.donate)
+        state, outputs = self.fn(state, batch)
+        return state, outputs.replace(metrics=outputs.metrics | self.shape_metrics())
+
+
+class _StopOnSigterm:
+    """SIGTERM sets `requested` (every host then saves and exits at the same step)."""
+
+    def __enter__(self):
+        self.requested = False
+        self.previous = signal.signal(signal.SIGTERM, self._request)
+        return self
+
+    def _request(self, *_):
+        self.requested = True
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGTERM, self.previous)
+
+
+@dataclasses.dataclass
+class RunStart:
+    """Where the loop starts: its first step, the checkpointed run facts, the step-0 metrics."""
+    step: int
+    facts: dict            # initial accuracies and the wall time before this process
+    initial: dict | None   # the policy (and RM) before RL; None when resumed
+
+
+# ---------------------------------------------------------------------- the trainer
+class Trainer:
+    """A run: models, optimizer state, the compiled step and the checkpointer (set up from the
+    config), and the loop `run()` over the step's stages. Only its own methods change its
+    state."""
+
+    def __init__(self, config, workdir: str):
+        self.config, self.workdir = config, workdir
+        os.makedirs(workdir, exist_ok=True)
+        parallel.maybe_initialize_distributed(config.mesh)
+        validate_config(config, jax.device_count(), jax.process_count())
+        self.mesh = parallel.make_mesh(
+            config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
+        source = rewards.reward_source(config.reward.type)
+        tokenizer = prepare_tokenizer(load_tokenizer(_tokenizer_path(config) or None))
+        self.records = load_records(config)
+        if source.num_views > 1:  # the second view must exist on every record
+            data.sources.check_rephrased(self.records.train, config.data.dataset,
+                                         config.data.rephrase_field, config.data.data_dir)
+        self.ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                            keep=config.train.keep_checkpoints)
+        self.resuming = self.ckpt.latest_step() is not None
+        key = jax.random.key(config.seed)
+        self.policy_cfg, policy_params = self._policy(tokenizer, key)
+        self.rm = (load_reward_model(config, tokenizer, self.mesh, key) if source.needs_rm
+                   else None)
+        self.state = self._initial_state(policy_params, source)
+        valid_vocab = min(len(tokenizer), self.policy_cfg.vocab_size)
+        self.step = CompiledStep(
+            step_config(config, self.policy_cfg, self.rm and self.rm.config, valid_vocab),
+            self.tx, self.rm_tx, self.mesh, state_shardings(self.state),
+            donate=config.train.nan_policy == "error", pad_buckets=config.rl.pad_buckets)
+        self.setup = RolloutSetup(
+            config, self.mesh, source, tokenizer, self._sampler(tokenizer, valid_vocab),
+            rm_tokenizer=self.rm and self.rm.tokenizer,
+            rm_format=rm_input_format(config) if self.rm else None,
+            reward_options=rewards.REWARD_SOURCES.options(config.reward.type, config))
+
+    # -- set-up
+    def _policy(self, tokenizer, key):
+        """(ModelConfig, params) of the policy, after the SFT warm start of a new run."""
+        c = self.config
+        cfg, params = build_model(c.model, tokenizer, self.mesh, jax.random.fold_in(key, 1))
+        if c.sft.steps and not self.resuming:
+            params, losses = sft.warm_start_from_config(params, cfg, tokenizer,
+                                                        self.records.train, c)
+            log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
+                     losses[-1])
+            params = jax.device_put(params, parallel.param_shardings(cfg, self.mesh))
+        # LoRA: the (warm-started) policy is the frozen base, its fresh adapters train
+        return with_lora(c.model, cfg, params, self.mesh, jax.random.fold_in(key, 3))
+
+    def _initial_state(self, policy_params, source) -> TrainState:
+        """The train state; under LoRA only the trainable parts (`models.lora.split`) get AdamW
+        state, the frozen bases ride beside them and the policy's base is the KL reference."""
+        self.tx = policy_optimizer(self.config)
+        self.rm_tx = rm_optimizer(self.config) if self.rm else None
+        # Co-rewarding-II: the EMA teacher is also the KL reference.
+        needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher
+                     or self.config.rl.log_kl_to_start) and self.policy_cfg.lora is None
+        ref = jax.tree_util.tree_map(jnp.copy, policy_params) if needs_ref else None
+        policy_base, policy = lora.split(policy_params, self.policy_cfg)
+        rm_base, rm = lora.split(self.rm.params, self.rm.config) if self.rm else (None, None)
+        moving_kl = self.config.rl.kl_in_reward and self.config.rl.kl_controller != "fixed"
+        return place_state(init_state(policy, self.tx, ref_params=ref, rm_params=rm,
+                                      rm_tx=self.rm_tx, policy_base=policy_base,
+                                      rm_base=rm_base,
+                                      kl_coef=self.config.rl.kl_coef if moving_kl else None),
+                           self.mesh)
+
+    def lora_bases(self) -> dict[str, str]:
+        """Where each LoRA base comes from ({"policy": "checkpoint" or its hf_path, "rm": ...}):
+        a checkpoint holds the bases the run cannot load again from an hf_path (an SFT warm
+        start's result, a random architecture, a `cooper.rm_checkpoint`)."""
+        c, out = self.config, {}
+        if self.policy_cfg.lora is not None:
+            out["policy"] = (c.model.hf_path if c.model.hf_path and not c.sft.steps
+                             else "checkpoint")
+        if self.rm is not None and self.rm.config.lora is not None:
+            out["rm"] = (c.reward_model.hf_path if c.reward_model.hf_path
+                         and not c.cooper.rm_checkpoint else "checkpoint")
+        return out
+
+    def _checkpointed_bases(self) -> tuple[str, ...]:
+        return tuple(f"{m}_base" for m, where in self.lora_bases().items()
+                     if where == "checkpoint")
+
+    def _sampler(self, tokenizer, valid_vocab: int):
+        r = self.config.rollout
+        return sampling.make(self.policy_cfg, sampling.SamplingConfig(
+            temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
+            eos_ids=stop_token_ids(tokenizer), pad_id=tokenizer.pad_token_id,
+            valid_vocab=valid_vocab, kernel_impl=self.config.kernels.impl,
+            max_new_tokens=r.max_new_tokens))
+
+    strict: dict = {}  # the evaluation's strict verifiers, set with the host tools
+
+    def _host_tools(self, stack: contextlib.ExitStack) -> tuple[HostTools, RuleVerifier]:
+        """(the loop's host tools, the evaluation's verifier); sets the evaluation's strict
+        verifiers (`strict_verifiers`)."""
+        c = self.config
+        verifier, eval_verifier = make_verifiers(c, stack)
+        self.strict = strict_verifiers(c.data.dataset, c.verifier.num_workers,
+                                       c.verifier.timeout_s, stack)
+        if rewards.extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
+            self.strict = {"strict": verifier}
+        background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        tools = HostTools(verifier, eval_verifier, background)
+        if self.setup.source.trains_rm and cooper.negative_strategy(
+                c.cooper.negative).needs_assistant:
+            tools.rewriter = cooper.make_rewriter(c, self.mesh)
+        return tools, eval_verifier
+
+    # -- evaluation, checkpoints
+    def evaluate(self, verifier) -> dict:
+        return evaluate(self.config, self.state.policy_weights(), self.policy_cfg,
+                        self.setup.tokenizer, self.records.heldout, verifier, self.strict)
+
+    def rm_heldout(self) -> dict:
+        return rm_heldout(self.config, self.state.rm_weights(), self.rm)
+
+    _probes: list | None = None  # the probe triples, read on first use
+
+    def hack_probes(self) -> dict:
+        """The hack probes' metrics (`coop_jax.trainer.probes`; {} without `probes.triples`)."""
+        c = self.config
+        if not c.probes.triples:
+            return {}
+        if self._probes is None:
+            self._probes = probes.read_probes(c.probes.triples)
+        rm = self.rm and (self.state.rm_weights(), self.rm.config, self.rm.tokenizer,
+                          rm_input_format(c))
+        return probes.probe_metrics(self._probes, (self.state.policy_weights(), self.policy_cfg,
+                                                   self.setup.tokenizer), rm, c)
+
+    def meta(self, step: int, extra: dict) -> dict:
+        meta = {"step": step, "config": self.config.to_dict(),
+                "tokenizer": _tokenizer_path(self.config),
+                "policy_model_config": checkpoint.model_config_to_dict(self.policy_cfg)}
+        if self.rm is not None:  # the RM's own tokenizer, for whoever loads it from here
+            meta.update(rm_model_config=checkpoint.model_config_to_dict(self.rm.config),
+                        rm_tokenizer=self.rm.tokenizer_path)
+        meta.update({f"{m}_base": where for m, where in self.lora_bases().items()})
+        return meta | extra
+
+    def save(self, feed: RolloutFeed, done: int, facts: dict) -> None:
+        feed_meta, host_items = feed.checkpoint()
+        self.ckpt.save(done, self.state, self.meta(done, facts | feed_meta),
+                       host_items=host_items, bases=self._checkpointed_bases())
+
+    def _start(self, feed: RolloutFeed, pipeline, eval_verifier) -> RunStart:
+        """Resume from the newest checkpoint, or evaluate the initial policy and save step 0."""
+        if self.resuming:
+            self.state, meta = self.ckpt.restore(self.state, bases=self._checkpointed_bases())
+            pipeline.restore(meta["data"])
+            feed.resume(int(self.state.step), meta, self.ckpt)
+            facts = {k: meta.get(k) for k in ("initial_accuracy", "initial_sampled_accuracy",
+                                              "initial_headline_accuracy")}
+            facts["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
+            log.info("resumed from step %d", int(self.state.step))
+            return RunStart(int(self.state.step), facts, None)
+        initial = self.evaluate(eval_verifier)
+        facts = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
+                 "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
+                 "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
+                 "wall_seconds_before": 0.0}
+        self.save(feed, 0, facts)
+        return RunStart(0, facts, initial | self.rm_heldout() | self.hack_probes())
+
+    # -- one step
+    def update(self, step: int, prepared: PreparedBatch, nan_skips: int) -> tuple[dict, int]:
+        """The compiled update on `prepared`, kept unless its loss is not finite
+        (`train.nan_policy`): (the step's metrics, the number of skipped updates so far)."""
+        c = self.config
+        t0 = time.perf_counter()
+        new_state, outputs = self.step(self.state, prepared.batch)  # dispatched asynchronously
+        step_metrics = jax.device_get(outputs.metrics)
+        host_metrics = prepared.metrics | self._rm_label_metrics(prepared, outputs)
+        metrics = parallel.host.reduce_metrics(host_metrics)
+        metrics["time/update"] = time.perf_counter() - t0
+        if np.isfinite(step_metrics["loss"]):
+            self.state = new_state
+        elif c.train.nan_policy == "error" or nan_skips >= c.train.max_nan_skips:
+            raise FloatingPointError(f"non-finite loss ({step_metrics['loss']}) at step {step}")
+        else:
+            nan_skips += 1
+            log.warning("non-finite loss at step %d: update skipped", step)
+            metrics["skipped_update"] = 1
+        return metrics | step_metrics, nan_skips
+
+    def _rm_label_metrics(self, prepared: PreparedBatch, outputs: StepOutputs) -> dict:
+        """The RM's agreement with the rule labels of the step's rollouts, before (and, for
+        Cooper, after) its update; finishes the labels verified in the background. AUC and the
+        pairwise accuracy are not means over rows, so every host computes them over all hosts'
+        rows (the global scores, every host's labels in process order) rather than its own."""
+        labels, metrics = prepared.labels, {}
+        if prepared.pending is not None:
+            labels, metrics = finish_rule_labels(prepared.pending)
+        if outputs.rm_scores is None:
+            return metrics
+        labels = parallel.host.gather_rows(labels)
+        g = self.config.rollout.group_size
+        for suffix, scores in (("", outputs.rm_scores), ("_after", outputs.rm_scores_after)):
+            if scores is not None:
+                metrics |= rm_label_metrics(parallel.host.fetch(scores), labels, g, suffix)
+        return metrics
+
+    def before_step(self, step: int) -> dict:
+        """The reward source's per-step hook (Co-rewarding-II's EMA teacher)."""
+        hook = self.setup.source.before_step
+        if hook is None:
+            return {}
+        self.state, metrics = hook(self.state, step, self.config)
+        return metrics
+
+    # -- the loop
+    def run(self) -> dict:
+        c = self.config
+        pipeline = data.PromptPipeline(self.records.train, batch_size=c.rollout.prompts_per_step,
+                                       seed=c.seed)
+        start_time = time.time()
+        with contextlib.ExitStack() as stack:
+            stop = stack.enter_context(_StopOnSigterm())
+            tools, eval_verifier = self._host_tools(stack)
+            feed = RolloutFeed(self.setup, pipeline, tools, stack)
+            start = self._start(feed, pipeline, eval_verifier)
+            writer = MetricWriter(self.workdir, start.step if self.resuming else None,
+                                  primary=jax.process_index() == 0)
+            if start.initial is not None:  # step 0 of the curves: the policy (and RM) before RL
+                writer.write(0, start.initial)
+            nan_skips, final = 0, None
+            bar = tqdm.tqdm(range(start.step, c.train.steps), initial=start.step,
+                            total=c.train.steps, desc="coop-train",
+                            disable=jax.process_index() != 0)
+            for step in bar:
+                t_step = time.perf_counter()
+                # -- before_step, rollouts (sample -> decode -> verify -> reward -> pairs), update
+                metrics = self.before_step(step)
+                prepared = feed.next(step, self.state)
+                step_metrics, nan_skips = self.update(step, prepared, nan_skips)
+                metrics.update(step_metrics)
+                metrics["time/step"] = time.perf_counter() - t_step
+                metrics["tokens_per_second"] = metrics["generated_tokens"] / metrics["time/step"]
+                # -- evaluate
+                done = step + 1
+                last = done == c.train.steps
+                if _due(done, c.train.eval_every, last):
+                    metrics.update(self.evaluate(eval_verifier))
+                if _due(done, c.cooper.heldout_every, last):
+                    metrics.update(self.rm_heldout())
+                if _due(done, c.probes.every, last):
+                    metrics.update(self.hack_probes())
+                final = metrics if last else final
+                # -- log, checkpoint
+                row = writer.write(done, metrics)
+                bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
+                                acc=f"{row.get('rule_accuracy', 0):.3f}")
+                stopping = parallel.host.any_process(stop.requested)  # every host saves, or none
+                if stopping or _due(done, c.train.checkpoint_every, last):
+                    wall = start.facts["wall_seconds_before"] + time.time() - start_time
+                    self.save(feed, done, start.facts | {"wall_seconds_before": wall})
+                if stopping:
+                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
+                    writer.close()
+                    return {"stopped_at": done}
+            writer.close()
+            if final is None:  # resumed a run that had already finished its steps
+                final = self.evaluate(eval_verifier) | self.rm_heldout()
+            # every host's verifier pool checked its own rows
+            every_host = parallel.host.gather_json(tools.verifier.stats.as_dict())
+            verifier_stats = {k: sum(host[k] for host in every_host) for k in every_host[0]}
+        wall = start.facts["wall_seconds_before"] + time.time() - start_time
+        return self._finish(start.facts, final, verifier_stats, wall)
+
+    def _finish(self, facts: dict, final: dict, verifier_stats: dict, wall: float) -> dict:
+        """The run's summary.json (and curves.png), written by process 0."""
+        c = self.config
+        summary = {
+            "method": c.reward.type, "reward_type": c.reward.type, "seed": c.seed,
+            "steps": c.train.steps,
+            "initial_accuracy": facts.get("initial_accuracy"),
+            "initial_sampled_accuracy": facts.get("initial_sampled_accuracy"),
+            "final_accuracy": final.get("eval/greedy_accuracy"),
+            "final_sampled_accuracy": final.get("eval/sampled_accuracy"),
+            # the headline metric (eval.headline) and its values; the two above are greedy/avg@k
+            "headline": headline_name(c), "headline_verifier": "lenient",
+            "initial_headline_accuracy": facts.get("initial_headline_accuracy"),
+            "final_headline_accuracy": final.get("eval/headline_accuracy"),
+            "wall_seconds": wall, "skipped_rows": self.records.skipped,
+            "verifier": verifier_stats,
+        }
+        if "eval/greedy_accuracy_strict" in final:  # GSM8K: the references' strict scorer
+            summary["final_accuracy_strict"] = final["eval/greedy_accuracy_strict"]
+            summary["final_sampled_accuracy_strict"] = final["eval/sampled_accuracy_strict"]
+        if "rm_heldout_accuracy" in final:
+            summary["rm_heldout_accuracy"] = final["rm_heldout_accuracy"]
+        if jax.process_index() == 0:
+            with open(os.path.join(self.workdir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
+            plot_curves({os.path.basename(os.path.abspath(self.workdir)):
+                         read_metrics(self.workdir)}, os.path.join(self.workdir, "curves.png"))
+        self.ckpt.close()
+        return summary
+
+
+def train(config, workdir: str) -> dict:
+    return Trainer(config, workdir).run()
+
+
+# ---------------------------------------------------------------------- the console script
+def define_flags(fv, argv: list[str]) -> None:
+    from absl import flags
+    from ml_collections import config_flags
+
+    config_flags.DEFINE_config_file(
+        "config", None, "config file with a get_config() (configs/*.py); FILE:ARG passes ARG",
+        lock_config=True, flag_values=fv, sys_argv=argv)
+    flags.DEFINE_string("workdir", None, "run folder: checkpoints/, metrics.jsonl, summary.json; "
+                        "a rerun resumes from its newest checkpoint", flag_values=fv)
+    console.define_print_config(fv)
+
+
+def check_paths(config) -> None:
+    """UsageError naming the first data or model path of the run that does not exist (before
+    JAX starts or anything loads); `config` is valid."""
+    d, source = config.data, rewards.reward_source(config.reward.type)
+    console.check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
+        "config.data.train_split": d.train_split, "config.data.eval_split": d.eval_split})
+    console.check_model_path("config.model.hf_path", config.model.hf_path)
+    console.check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
+    if source.needs_rm:
+        console.check_folder("config.cooper.rm_checkpoint", config.cooper.rm_checkpoint)
+        if not config.cooper.rm_checkpoint:
+            console.check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
+        console.check_file("config.cooper.heldout_triples", config.cooper.heldout_triples)
+    if source.trains_rm and config.cooper.negative == "rewrite":
+        console.check_model_path("config.cooper.assistant_hf_path",
+                                 config.cooper.assistant_hf_path)
+
+
+def log_with_times() -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def main(argv: list[str]) -> dict:
+    """Parse `argv` (argv[0] is the program name), check the config and its paths before JAX
+    starts, train, print and return the summary (`--print_config`: print the config, return {})."""
+    fv = console.parse_flags(define_flags, argv, __doc__)
+    config = fv.config
+    if fv.print_config:
+        console.print_config(config or config_lib.base_config(), config_lib.base_config(),
+                             config_lib.field_doc)
+        return {}
+    if config is None or not fv.workdir:
+        raise UsageError("--config (a config file, e.g. configs/default.py) and --workdir are "
+                         "required")
+    with console.usage_errors():
+        validate_config(config)
+    check_paths(config)
+    log_with_times()
+    parallel.maybe_initialize_distributed(config.mesh)
+    with console.usage_errors():  # the mesh's and the hosts' checks
+        validate_config(config, jax.device_count(), jax.process_count())
+    summary = train(config, fv.workdir)
+    if jax.process_index() == 0:
+        print(json.dumps(summary, indent=2))
+    return summary
+
+
+def run() -> None:
+    """Console entry point (`coop-train`)."""
+    console.run_console(main, "coop-train")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,354 @@
+"""The host half of an RL step: sample -> decode -> verify -> reward -> pairs -> `TrainBatch`.
+
+Every stage is a function of explicit inputs that returns a named result; none of them changes
+the trainer. `RolloutSetup` holds what the stages share and never changes during a run (the
+config, the mesh, tokenizers, the compiled sampler). `RolloutFeed` decides when each step's batch
+is made: in series, or one step ahead (`rollout.overlap`).
+
+Rows are prompt-major (row r = rollout r % G of prompt r // G), and each host holds its block of
+the step's prompts (`coop_jax.parallel.host`).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from coop_jax.trainer import cooper, rewards
+from coop_jax import data, parallel, rl, sampling, stats
+from coop_jax.registry import Options
+from coop_jax.rm.input import RMInputFormat
+from coop_jax.trainer.batch import Behaviour, RMInputs, TrainBatch
+from coop_jax.verify import RuleVerifier
+
+PENDING_ROLLOUTS = "pending_rollouts"  # the checkpoint item of rollout.overlap's next batch
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSetup:
+    """What the host stages of every step share (fixed for the run)."""
+    config: Any
+    mesh: Any
+    source: rewards.RewardSource
+    tokenizer: Any
+    sample: Callable          # the compiled sampler: (params, ids, mask, key) -> sampling.Rollouts
+    rm_tokenizer: Any = None  # None: the run has no reward model
+    rm_format: RMInputFormat | None = None
+    reward_options: Options = Options()  # the reward type's declared host parameters
+
+    @property
+    def group_size(self) -> int:
+        return self.config.rollout.group_size
+
+    @property
+    def view_keys(self) -> tuple[str, ...]:
+        """The record field each trained view's prompt is built from."""
+        return ("question", self.config.data.rephrase_field)[:self.source.num_views]
+
+
+@dataclasses.dataclass
+class HostTools:
+    """Host-side helpers that live for the loop's duration."""
+    verifier: RuleVerifier          # the rewards' (the run's extraction mode)
+    lenient_verifier: RuleVerifier  # the evaluation's (lenient), also Cooper's full-text check
+    background: concurrent.futures.ThreadPoolExecutor  # rule labels that nothing waits on
+    rewriter: Callable | None = None                    # a negative strategy's assistant
+
+
+@dataclasses.dataclass
+class SampledRollouts:
+    """A step's sampler outputs: device arrays that may still be being computed."""
+    views: list                               # sampling.Rollouts, one per trained view
+    teacher: sampling.Rollouts | None = None  # the EMA teacher's (needs_teacher)
+
+
+@dataclasses.dataclass
+class DecodedRollouts:
+    """This host's rows of the samples, and their texts."""
+    views: list                      # sampling.Rollouts of this host's rows, one per view
+    texts: list[list[str]]           # their decoded texts, per view
+    teacher: list[str] | None = None  # the EMA teacher's decoded rollouts
+
+
+@dataclasses.dataclass
+class ScoredRollouts:
+    """Rule labels and the reward source's host rewards of view 0 (and its other views)."""
+    host_rewards: list[np.ndarray]      # one per view
+    labels: np.ndarray | None           # None while verified in the background (`pending`)
+    extracted: list[str | None] | None  # the rule verifier's extracted answers
+    pending: concurrent.futures.Future | None
+    metrics: dict
+
+
+@dataclasses.dataclass
+class PreparedBatch:
+    """A step's batch, its host metrics and the rule labels still being verified (or None)."""
+    batch: TrainBatch
+    metrics: dict
+    pending: concurrent.futures.Future | None = None
+    labels: np.ndarray | None = None  # the rule labels of view 0's rollouts (None: pending)
+
+
+# ---------------------------------------------------------------------- sample
+def rollout_key(config, step: int, draw: int = 0):
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), step), draw)
+
+
+def _generate(setup: RolloutSetup, params, records, key, question_key="question"):
+    """Rollouts of every host's prompts, as global arrays each host can read its rows of."""
+    c = setup.config
+    prompts = [data.format_prompt(c.data.prompt_template, r[question_key] or r["question"],
+                                  tokenizer=setup.tokenizer, chat=c.data.chat_template)
+               for r in records]
+    ids, mask = sampling.tokenize_prompts(setup.tokenizer, prompts, c.data.max_prompt_len)
+    batch = parallel.host.global_batch({"ids": ids, "mask": mask}, setup.mesh)
+    out = setup.sample(params, batch["ids"], batch["mask"], key)
+    return jax.tree_util.tree_map(parallel.host.host_aligned, out)
+
+
+def sample_rollouts(setup: RolloutSetup, policy_params, teacher_params, records, key
+                    ) -> SampledRollouts:
+    """G rollouts of every prompt under `policy_params`, one set per view, and, where the reward
+    needs it, under the EMA teacher. Only dispatched: the device computes them while the caller
+    goes on."""
+    views = [_generate(setup, policy_params, records, jax.random.fold_in(key, view), field)
+             for view, field in enumerate(setup.view_keys)]
+    teacher = None
+    if setup.source.needs_teacher:
+        teacher = _generate(setup, teacher_params, records, jax.random.fold_in(key, 2))
+    return SampledRollouts(views, teacher)
+
+
+# ---------------------------------------------------------------------- decode
+def decode_rollouts(setup: RolloutSetup, samples: SampledRollouts) -> DecodedRollouts:
+    """This host's rows of the samples, and their texts (waits for the sampler)."""
+    local = lambda out: jax.tree_util.tree_map(parallel.host.local_rows, out)
+    decode = lambda out: sampling.decode_texts(setup.tokenizer, out)
+    views = [local(out) for out in samples.views]
+    teacher = None if samples.teacher is None else decode(local(samples.teacher))
+    return DecodedRollouts(views, [decode(out) for out in views], teacher)
+
+
+# ---------------------------------------------------------------------- verify and reward
+def score_rollouts(setup: RolloutSetup, records: list[dict], rollouts: DecodedRollouts,
+                   tools: HostTools, step: int = 0) -> ScoredRollouts:
+    """Rule labels (in the background when no reward waits for them) and the host rewards."""
+    texts, g = rollouts.texts[0], setup.group_size
+    references = [records[i // g]["reference"] for i in range(len(texts))]
+    metrics, pending, labels, extracted = {}, None, None, None
+    if setup.source.uses_rule_labels:
+        labels, extracted, timeouts = rewards.rule_labels(tools.verifier, references, texts)
+        metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
+    else:
+        pending = tools.background.submit(rewards.rule_labels, tools.verifier, references, texts)
+    host_rewards, host_metrics = setup.source.host(rewards.RewardInputs(
+        records, rollouts.texts, labels, extracted, rollouts.teacher, g, tools.verifier,
+        setup.reward_options, step))
+    return ScoredRollouts(host_rewards, labels, extracted, pending, metrics | host_metrics)
+
+
+def finish_rule_labels(pending: concurrent.futures.Future) -> tuple[np.ndarray, dict]:
+    """(labels, rule accuracy metrics) of labels verified while the device updated."""
+    labels, _, timeouts = pending.result()
+    return labels, {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts}
+
+
+def rm_label_metrics(scores: np.ndarray, labels: np.ndarray, group_size: int,
+                     suffix: str = "") -> dict:
+    """How well an RM's raw scores of this step's rollouts agree with their rule labels (the
+    hacking measure, on the policy's own rollouts): pointwise accuracy (score > 0 as "correct"),
+    AUC, and the pairwise accuracy of correct over wrong rollouts of the same prompt (ties 1/2;
+    None when the step has no such pair)."""
+    scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
+    wins = pairs = 0.0
+    for s, c in zip(scores.reshape(-1, group_size), labels.reshape(-1, group_size)):
+        diff = s[c][:, None] - s[~c][None, :]  # every (correct, wrong) pair of the group
+        wins += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
+        pairs += diff.size
+    return {f"rm_rule_agreement{suffix}": float(np.mean((scores > 0) == labels)),
+            f"rm_onpolicy_auc{suffix}": stats.roc_auc(scores, labels.astype(np.float64)),
+            f"rm_onpolicy_pair_accuracy{suffix}": wins / pairs if pairs else None}
+
+
+# ---------------------------------------------------------------------- the batch
+def _view_batch(config, out, host_rewards: np.ndarray) -> TrainBatch:
+    lengths, truncated = np.asarray(out.lengths), np.asarray(out.truncated)
+    shaped, loss_weight = rl.apply_overlong(
+        config.rl.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths),
+        jnp.asarray(truncated), max_len=config.rollout.max_new_tokens,
+        cache_len=config.rl.overlong_cache_len, factor=config.rl.overlong_factor)
+    behaviour = None
+    if config.rollout.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step
+        # old (without the entropies, of older pending rollouts, the step recomputes them)
+        behaviour = Behaviour(np.asarray(out.logprobs, np.float32),
+                              None if out.entropy is None else np.asarray(out.entropy,
+                                                                          np.float32))
+    rewards_ = host_rewards.astype(np.float32)
+    return TrainBatch(
+        prompt_tokens=np.asarray(out.prompt_tokens), prompt_mask=np.asarray(out.prompt_mask),
+        tokens=np.asarray(out.tokens), mask=np.asarray(out.mask), rewards=rewards_,
+        reward_bonus=np.asarray(shaped, np.float32) - rewards_,
+        loss_weight=np.asarray(loss_weight, np.float32), behaviour=behaviour)
+
+
+def make_batch(setup: RolloutSetup, records, rollouts: DecodedRollouts, scored: ScoredRollouts
+               ) -> TrainBatch:
+    """This host's rows of the step's batch: every view's rows, then the RM's inputs of view 0."""
+    batch = TrainBatch.concat_views([_view_batch(setup.config, out, r) for out, r in
+                                     zip(rollouts.views, scored.host_rewards)])
+    if setup.rm_tokenizer is None:
+        return batch
+    g = setup.group_size
+    rows = [(records[i // g]["question"], records[i // g]["reference"], t)
+            for i, t in enumerate(rollouts.texts[0])]
+    tokens, mask = setup.rm_format.tokenize(setup.rm_tokenizer, rows)
+    return batch.replace(rm=RMInputs(tokens, mask))
+
+
+# ---------------------------------------------------------------------- pairs (Cooper)
+def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollouts,
+             tools: HostTools):
+    """Cooper: one (positive, negative) pair per prompt, tokenised for the RM update."""
+    c = setup.config
+    prompts = [data.format_prompt(c.data.prompt_template, r["question"]) for r in records]
+    pairs, stats = cooper.build_pairs(
+        c.cooper.negative, records, texts, scored.labels, scored.extracted, setup.group_size,
+        verifier=tools.verifier, rewriter=tools.rewriter, seed=(c.seed, step),
+        first_prompt=jax.process_index() * len(records), tries=c.cooper.rewrite_tries,
+        prompts=prompts, keep_rule=c.cooper.negative_check,
+        full_text_verifier=tools.lenient_verifier)
+    return cooper.tokenize_pairs(setup.rm_tokenizer, records, pairs, setup.rm_format), stats
+
+
+def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],
+                  samples: SampledRollouts, tools: HostTools) -> PreparedBatch:
+    """The host half of one step from its samples: decode, verify, reward, pairs, the batch."""
+    t0 = time.perf_counter()
+    rollouts = decode_rollouts(setup, samples)
+    t1 = time.perf_counter()
+    scored = score_rollouts(setup, records, rollouts, tools, step)
+    metrics = scored.metrics | {"time/sample": t1 - t0, "time/verify": time.perf_counter() - t1}
+    batch = make_batch(setup, records, rollouts, scored)
+    if setup.source.trains_rm:
+        t0 = time.perf_counter()
+        pairs, pair_stats = rm_pairs(setup, step, records, rollouts.texts[0], scored, tools)
+        batch = batch.replace(pairs=pairs)
+        metrics.update(pair_stats)
+        metrics["time/pairs"] = time.perf_counter() - t0
+    out = rollouts.views[0]
+    metrics.update(response_length=float(np.asarray(out.lengths).mean()),
+                   truncated_fraction=float(np.asarray(out.truncated).mean()),
+                   generated_tokens=int(np.asarray(out.mask).sum()))
+    return PreparedBatch(batch, metrics, scored.pending, scored.labels)
+
+
+def collect(setup: RolloutSetup, state, step: int, records: list[dict], tools: HostTools,
+            draw: int = 0) -> PreparedBatch:
+    """Rollouts of the state's policy, then the host half of the step (`prepare_batch`)."""
+    samples = sample_rollouts(setup, state.policy_weights(), state.ref_params, records,
+                              rollout_key(setup.config, step, draw))
+    return prepare_batch(setup, step, records, samples, tools)
+
+
+def collect_informative(setup: RolloutSetup, state, step: int, pipeline, tools: HostTools
+                        ) -> PreparedBatch:
+    """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
+    prompts (at most rl.dynamic_max_draws draws)."""
+    b, g = setup.config.rollout.prompts_per_step, setup.group_size
+    draw_metrics = []
+
+    def draw():
+        prepared = collect(setup, state, step, pipeline.next_batch(), tools,
+                           draw=len(draw_metrics))
+        draw_metrics.append(prepared.metrics)
+        return {k: v.reshape((b, g) + v.shape[1:]) for k, v in prepared.batch.to_flat().items()}
+
+    groups, stats = rl.fill_batch(draw, b, setup.config.rl.dynamic_max_draws)
+    batch = TrainBatch.from_flat({k: v.reshape((b * g,) + v.shape[2:]) for k, v in groups.items()})
+    return PreparedBatch(batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()})
+
+
+# ---------------------------------------------------------------------- where batches come from
+@dataclasses.dataclass
+class _Ahead:
+    """rollout.overlap's next batch while it is being prepared."""
+    step: int
+    data_state: dict  # the prompt pipeline's position before its prompts
+    samples: SampledRollouts
+    prepared: concurrent.futures.Future  # of a PreparedBatch
+
+
+class RolloutFeed:
+    """Where each step's batch comes from.
+
+    By default in series: the step samples with the current policy, then runs its host half.
+    With `rollout.overlap` (one step off-policy, as verl's and TRL's async modes): `next(t)` hands
+    over batch t, sampled by the parameters update t-1 started from and prepared in a thread while
+    the device ran update t-1; then it dispatches the sampling of batch t+1 with the current
+    parameters (before update t donates them) and prepares it in the thread while update t runs.
+    Step 0 (and a run resumed without pending rollouts) samples on-policy. The update's PPO ratio
+    uses the sampler's behaviour log-probs (`TrainBatch.behaviour`).
+
+    A checkpoint holds the pending batch's sampler outputs (`PENDING_ROLLOUTS`) and the data
+    position before its prompts; a resumed run prepares them again (decoding, verification and
+    pairs are deterministic), so it continues as the uninterrupted run does.
+    """
+
+    def __init__(self, setup: RolloutSetup, pipeline, tools: HostTools,
+                 stack: contextlib.ExitStack):
+        self.setup, self.pipeline, self.tools = setup, pipeline, tools
+        self.overlap = setup.config.rollout.overlap
+        self.ahead: _Ahead | None = None
+        self.executor = None
+        if self.overlap:
+            self.executor = stack.enter_context(concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="coop-rollouts"))
+
+    def next(self, step: int, state) -> PreparedBatch:
+        """Batch `step`; `state`: the train state the step updates (its policy samples)."""
+        c = self.setup.config
+        if not self.overlap:
+            if c.rl.dynamic_sampling:
+                return collect_informative(self.setup, state, step, self.pipeline, self.tools)
+            return collect(self.setup, state, step, self.pipeline.next_batch(), self.tools)
+        if self.ahead is None:
+            self._prepare_ahead(step, state.policy_weights())
+        t0 = time.perf_counter()
+        prepared = self.ahead.prepared.result()
+        prepared.metrics["time/rollout_wait"] = time.perf_counter() - t0
+        self.ahead = None
+        if step + 1 < c.train.steps:
+            self._prepare_ahead(step + 1, state.policy_weights())
+        return prepared
+
+    def _prepare_ahead(self, step: int, params, samples: SampledRollouts | None = None) -> None:
+        data_state = self.pipeline.state()
+        records = self.pipeline.next_batch()
+        if samples is None:
+            samples = sample_rollouts(self.setup, params, None, records,
+                                      rollout_key(self.setup.config, step))
+        prepared = self.executor.submit(prepare_batch, self.setup, step, records, samples,
+                                        self.tools)
+        self.ahead = _Ahead(step, data_state, samples, prepared)
+
+    def checkpoint(self) -> tuple[dict, dict]:
+        """(meta entries, host items) that let a resumed run continue from here."""
+        if self.ahead is None:
+            return {"data": self.pipeline.state(), PENDING_ROLLOUTS: False}, {}
+        views = [{k: v for k, v in out._asdict().items() if v is not None}
+                 for out in self.ahead.samples.views]
+        return ({"data": self.ahead.data_state, PENDING_ROLLOUTS: True},
+                {PENDING_ROLLOUTS: {"views": views}})
+
+    def resume(self, step: int, meta: dict, ckpt) -> None:
+        """After the pipeline's restore: prepare the checkpoint's pending batch of `step` again."""
+        if self.overlap and meta.get(PENDING_ROLLOUTS) and step < self.setup.config.train.steps:
+            saved = ckpt.load_rows_item(PENDING_ROLLOUTS)
+            self._prepare_ahead(step, None, SampledRollouts(
+                [sampling.Rollouts(**v) for v in saved["views"]]))
