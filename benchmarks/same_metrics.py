@@ -7,7 +7,8 @@ compares every non-timing value of the runs' metrics.jsonl, step by step.
 Each tree runs its own `coop-train` module (`--before_module`, `--after_module`: the package was
 regrouped by role, so the old tree's trainer is `coop_jax.train`). Cases:
   demo         the README's `make demo` (configs/default.py, its embedded defaults)
-  cooper3      3 Cooper steps on configs/default.py
+  cooper3      3 Cooper steps on configs/default.py (perturbed negatives: the default rewrite
+               negatives need an assistant model)
   two_process  `python -m coop_jax.launch.local --num_processes=2 --devices_per_process=4` of 3
                steps on configs/default.py
 A value counts as equal when both are None, or both are numbers with no difference at all, or
@@ -25,7 +26,8 @@ import time
 
 CASES = {
     "demo": ([], []),
-    "cooper3": ([], ["--config.reward.type=cooper", "--config.train.steps=3"]),
+    "cooper3": ([], ["--config.reward.type=cooper", "--config.cooper.negative=perturb",
+                     "--config.train.steps=3"]),
     "two_process": (["-m", "coop_jax.launch.local", "--num_processes=2",
                      "--devices_per_process=4", "--", sys.executable],
                     ["--config.train.steps=3"]),

@@ -39,6 +39,10 @@ def pipeline(tmp_path_factory):
             f"--results={root / 'results'}", "--train_questions=6", "--heldout_questions=4",
             "--samples=2", "--generator_steps=1,2"]
     report = real_verifyrm.cli(argv)
+    # what a passing RM's results keep (inputs/): the encoded RM without a decoded checkpoint
+    from coop_jax.projects.reward_hacking.plan_inputs import KEPT_RM_FILES
+    from coop_jax.projects.run_store import copy_files
+    copy_files(str(root / "work" / "rm_portable"), KEPT_RM_FILES, str(root / "kept"))
     return root, argv, report
 
 
@@ -76,10 +80,12 @@ def test_pipeline_splits_labels_trains_and_gates(pipeline):
     assert gate["passed"] == (held_report["accuracy"]["mean"] >= 0.9
                               and held_report["roc_auc"]["mean"] >= 0.95)
     assert report["training"]["num_train"] == len(train)
-    kept = results / "inputs"
-    assert (kept / "static_rm_encoded.safetensors").exists()
-    summary = json.loads((kept / "rm_summary.json").read_text())
+    # the decoded RM is what the gate measured; it is kept for Cooper only when it passed
+    portable = root / "work" / "rm_portable"
+    summary = json.loads((portable / "rm_summary.json").read_text())
     assert summary["heldout_accuracy"] == pytest.approx(held_report["accuracy"]["mean"])
+    assert (results / "inputs" / "static_rm_encoded.safetensors").exists() == gate["passed"]
+    assert json.loads((results / "rm_summary.json").read_text())["num_train"] == len(train)
 
 
 def test_a_rerun_resumes_without_sampling_again(pipeline):
@@ -103,7 +109,7 @@ def test_cooper_starts_from_the_kept_portable_rm(pipeline):
     `reward_model.hf_path` and scores the held-out triples as the gate did, then trains it."""
     from coop_jax.trainer import loop as train
     root, _, report = pipeline
-    kept, policy = root / "results" / "inputs", root / "policy"
+    kept, policy = root / "kept", root / "policy"
     work = root / "cooper"
     train.main(["coop-train", "--config=configs/smollm2_arithmetic.py", *TINY,
                 f"--config.model.hf_path={policy}", f"--workdir={work}",
@@ -126,7 +132,7 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
     from coop_jax.rm.load import load_reward_model
     root, _, _ = pipeline
     c = config_lib.load_config_file("configs/tiny_test.py")
-    c.cooper.rm_checkpoint = str(root / "results" / "inputs")
+    c.cooper.rm_checkpoint = str(root / "kept")
     mesh = parallel.make_mesh(tuple(c.mesh.shape))
     with pytest.raises(UsageError, match="config.reward_model.hf_path to the base"):
         load_reward_model(c, None, mesh, None)

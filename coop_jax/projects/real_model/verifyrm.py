@@ -27,6 +27,7 @@ Each stage is skipped when its output exists in WORKDIR, so a rerun resumes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -54,6 +55,7 @@ from coop_jax.rm.train.loop import input_format
 from coop_jax.rm.train.triples import build_triples, http_judge, label_triples
 from coop_jax.verify import RuleVerifier, verify
 
+log = logging.getLogger("coop_jax")
 BASE = "base"
 PROGRAM = "program"
 QUESTION_SEED = 1009  # the RM's questions: a draw of the training split apart from the RL runs'
@@ -313,15 +315,22 @@ def main(fv: flags.FlagValues, command: str) -> dict:
 
 
 def _keep(fv, portable: str, facts: dict, report: dict) -> None:
+    """The manifest, the gate report and the RM's summary and curve into RESULTS; the portable RM
+    itself (RESULTS/inputs, what `cooper.rm_checkpoint` names) only when it passed the gate."""
     dest = fv.results
     with open(os.path.join(dest, "corpus_manifest.json"), "w") as fh:
         json.dump(facts, fh, indent=2)
     with open(os.path.join(dest, "gate_report.json"), "w") as fh:
         json.dump(report, fh, indent=2, default=str)
-    run_store.copy_files(portable, plan_inputs.KEPT_RM_FILES, os.path.join(dest, "inputs"))
+    run_store.copy_files(os.path.join(fv.workdir, "rm"), ("rm_summary.json", "rm_metrics.jsonl"),
+                         dest)
+    passed = report["gate"]["passed"]
+    if passed:
+        run_store.copy_files(portable, plan_inputs.KEPT_RM_FILES, os.path.join(dest, "inputs"))
     if fv.commit:
-        run_store.git_commit(dest, "real-model VerifyRM: corpus manifest, gate report, portable "
-                             f"RM (gate {'passed' if report['gate']['passed'] else 'FAILED'})")
+        run_store.git_commit(dest, "real-model VerifyRM: corpus manifest, gate report"
+                             + (", the portable RM (gate passed)" if passed else
+                                " (gate FAILED: no RM kept)"))
 
 
 def cli(argv: list[str]) -> dict:
@@ -333,6 +342,11 @@ def cli(argv: list[str]) -> dict:
             raise ValueError("--generator_steps needs at least one step")
     command = "python -m coop_jax.projects.real_model.verifyrm " + shlex.join(argv[1:])
     report = main(fv, command)
+    if not report["gate"]["passed"]:
+        log.warning("the VerifyRM FAILED its gate (held-out accuracy %.3f, ROC AUC %.3f; floors "
+                    "%.2f and %.2f): it is not kept, and no Cooper run may start from it",
+                    report["heldout"]["accuracy"]["mean"], report["heldout"]["roc_auc"]["mean"],
+                    fv.min_accuracy, fv.min_auc)
     print(json.dumps({k: report[k] for k in ("balanced_accuracy", "gate")}
                      | {"accuracy": report["heldout"]["accuracy"]["mean"],
                         "auc": report["heldout"]["roc_auc"]["mean"]}, indent=2))
