@@ -20,9 +20,8 @@ docs/results/real_model/verifyrm/inputs (`cooper.rm_checkpoint`, built by
 `python -m coop_jax.projects.real_model.verifyrm`): SmolLM2's first 4 layers and a scalar head,
 fully fine-tuned on rule-labelled samples of SmolLM2 and of a rule-trained SmolLM2, decoded onto
 `reward_model.hf_path` at start. During RL it is fully fine-tuned at the recipe's lr 1e-5 with 1%
-warm-up, with the policy's own wrong rollouts as negatives. No RM has passed the gate yet
-(docs/results/real_model/verifyrm): until one does, the Cooper run stops with a one-line error
-naming cooper.rm_checkpoint.
+warm-up, with the policy's own wrong rollouts as negatives. The kept RM passed its gate
+(held-out accuracy 0.959, ROC AUC 0.993; docs/results/real_model/verifyrm).
 """
 import os
 
