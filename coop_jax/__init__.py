@@ -58,9 +58,10 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = moved_to(name)
         if new is None:
             return None
-        package = name in ("coop_jax.rm_train", "coop_jax.experiments")
-        spec = importlib.util.spec_from_loader(name, self, is_package=package)
-        spec.origin = importlib.util.find_spec(new).origin  # `python -m`'s sys.argv[0]
+        target = importlib.util.find_spec(new)
+        spec = importlib.util.spec_from_loader(
+            name, self, is_package=target.submodule_search_locations is not None)
+        spec.origin = target.origin  # `python -m`'s sys.argv[0]
         return spec
 
     def create_module(self, spec):

@@ -138,17 +138,32 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
         load_reward_model(c, None, mesh, None)
 
 
-def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeypatch):
+def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeypatch,
+                                                                 tmp_path):
+    """A random RM and a causal LM's new score head warn; an RM folder with its trained head
+    (an exported coop-train-rm RM) does not."""
     import jax
 
     from coop_jax import config as config_lib
-    from coop_jax import parallel
+    from coop_jax import hf, parallel
     from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
     from coop_jax.rm import load
     c = config_lib.load_config_file("configs/tiny_test.py")
+    mesh = parallel.make_mesh(tuple(c.mesh.shape))
+    tokenizer = prepare_tokenizer(load_tokenizer(None))
     monkeypatch.setattr(load.log, "propagate", True)  # a coop-train run in this process stops it
-    with caplog.at_level("WARNING", logger="coop_jax"):
-        load.load_reward_model(c, prepare_tokenizer(load_tokenizer(None)),
-                               parallel.make_mesh(tuple(c.mesh.shape)), jax.random.key(0))
-    assert any("UNTRAINED REWARD MODEL" in r.message and "config.cooper.rm_checkpoint"
-               in r.message for r in caplog.records)
+    causal_lm = save_tiny_hf_causal_lm(tmp_path / "lm")
+    scored = hf.load(causal_lm, num_labels=1)
+    hf.save(hf.HFModel(scored.config, scored.params, scored.hf_config, source=causal_lm),
+            str(tmp_path / "rm"))
+    warned = {}
+    for name, path in (("random", ""), ("causal_lm", causal_lm), ("rm", str(tmp_path / "rm"))):
+        c.reward_model.hf_path = path
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="coop_jax"):
+            load.load_reward_model(c, tokenizer, mesh, jax.random.key(0))
+        warned[name] = [r.message for r in caplog.records if "UNTRAINED REWARD MODEL" in r.message]
+    assert all("config.cooper.rm_checkpoint" in m for ms in warned.values() for m in ms)
+    assert len(warned["random"]) == 1 and "drawn at random" in warned["random"][0]
+    assert len(warned["causal_lm"]) == 1 and "newly drawn" in warned["causal_lm"][0]
+    assert warned["rm"] == []

@@ -39,6 +39,7 @@ class HFModel:
     params: dict
     hf_config: dict[str, Any]
     source: str | None = None  # folder holding the tokenizer files, if any
+    new_head: bool = False  # a causal LM loaded with num_labels: its score head is newly drawn
 
     def logits(self, token_ids, attention_mask=None) -> jax.Array:
         tokens = jnp.asarray(token_ids, jnp.int32)
@@ -159,7 +160,8 @@ def load(path: str, *, dtype: str = "float32", compute_dtype: str | None = None,
     if keep_layers or new_head:
         hf_config = hf_config_from_model_config(cfg, hf_config, hf_config.get("pad_token_id"))
     has_tokenizer = any(os.path.exists(os.path.join(folder, f)) for f in TOKENIZER_FILES[:2])
-    return HFModel(cfg, params, hf_config, source=folder if has_tokenizer else None)
+    return HFModel(cfg, params, hf_config, source=folder if has_tokenizer else None,
+                   new_head=new_head)
 
 
 def from_params(cfg: models.ModelConfig, params: dict, *, tokenizer_dir: str | None = None,

@@ -109,14 +109,21 @@ def policy_digest(policy_dir: str) -> str:
     return params_digest(hf.load(policy_dir).params)
 
 
-def accuracy_by_kind(triples: Sequence[dict], rows: Sequence[dict]) -> dict:
-    """An RM's accuracy on each kind of triple (correct, final_mismatch, ...), from the per-triple
-    rows of `rm_scoring.evaluate_reward_model`."""
+def accuracy_by(groups: Sequence[str], rows: Sequence[dict]) -> dict:
+    """An RM's accuracy and the positive fraction in each group of triples (`groups[i]` names
+    the group of rows[i], the per-triple rows of `rm.scoring.evaluate_reward_model`)."""
     out: dict[str, list] = {}
-    for t, row in zip(triples, rows):
-        kind = solution_error_kind(t["question"], t["reference"], t["completion"])
-        out.setdefault(kind, []).append(row["correct"])
-    return {k: {"n": len(v), "accuracy": float(np.mean(v))} for k, v in sorted(out.items())}
+    for group, row in zip(groups, rows):
+        out.setdefault(group, []).append((row["correct"], row["label"]))
+    return {k: {"n": len(v), "accuracy": float(np.mean([c for c, _ in v])),
+                "positive_fraction": float(np.mean([y for _, y in v]))}
+            for k, v in sorted(out.items())}
+
+
+def accuracy_by_kind(triples: Sequence[dict], rows: Sequence[dict]) -> dict:
+    """An RM's accuracy on each kind of triple (correct, final_mismatch, ...)."""
+    return accuracy_by([solution_error_kind(t["question"], t["reference"], t["completion"])
+                        for t in triples], rows)
 
 
 def sft_settings(config, seed: int, **sft) -> dict:

@@ -56,15 +56,16 @@ def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
         path = meta.get("rm_tokenizer", meta.get("tokenizer")) or ""
         return RewardModel(rm_cfg, params, load_tokenizer(path or None), path)
     section = config.reward_model
-    if not section.hf_path:
-        log.warning("reward model starts from random weights (no reward_model.hf_path or "
-                    "cooper.rm_checkpoint)")
-    log.warning("UNTRAINED REWARD MODEL: config.cooper.rm_checkpoint is empty, so the RM's score "
-                "head is newly drawn and scores at chance; Cooper starts from a trained VerifyRM "
-                "(coop-train-rm, or python -m coop_jax.projects.real_model.verifyrm) named by "
-                "config.cooper.rm_checkpoint")
-    rm_cfg, params, _ = load_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
-                                   num_labels=1, field="reward_model")
+    rm_cfg, params, lm = load_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
+                                    num_labels=1, field="reward_model")
+    if lm is None or lm.new_head:
+        log.warning("UNTRAINED REWARD MODEL: %s, so it scores at chance; Cooper starts from a "
+                    "trained VerifyRM (coop-train-rm, or python -m "
+                    "coop_jax.projects.real_model.verifyrm) named by config.cooper.rm_checkpoint",
+                    "the RM is drawn at random (no reward_model.hf_path or "
+                    "config.cooper.rm_checkpoint)" if lm is None else
+                    f"{section.hf_path} is a causal LM: its score head is newly drawn and "
+                    "config.cooper.rm_checkpoint is empty")
     if section.hf_path:
         return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
     # a random RM reads the policy's tokens

@@ -256,15 +256,6 @@ def train_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
     return summary
 
 
-def _grouped_accuracy(triples: Sequence[dict], rows: Sequence[dict], key: str) -> dict:
-    out: dict[str, list] = {}
-    for t, row in zip(triples, rows):
-        out.setdefault(t[key], []).append((row["correct"], row["label"]))
-    return {k: {"n": len(v), "accuracy": float(np.mean([c for c, _ in v])),
-                "positive_fraction": float(np.mean([y for _, y in v]))}
-            for k, v in sorted(out.items())}
-
-
 def gate_report(config, rm_dir: str, heldout_path: str, fv) -> dict:
     """The decoded RM's held-out accuracy and AUC (overall, per source, per kind), balanced
     accuracy, and whether it passes the gate."""
@@ -274,12 +265,12 @@ def gate_report(config, rm_dir: str, heldout_path: str, fv) -> dict:
     report, rows = evaluate_reward_model(params, cfg, tokenizer, heldout,
                                          fmt=input_format(config),
                                          batch_size=config.eval.batch_size)
-    by_label = _grouped_accuracy([dict(t, y=str(t["label"])) for t in heldout], rows, "y")
+    by_label = rm_corpus.accuracy_by([str(t["label"]) for t in heldout], rows)
     acc, auc = report["accuracy"]["mean"], report["roc_auc"]["mean"]
     return {"heldout": report, "balanced_accuracy": float(np.mean(
                 [v["accuracy"] for v in by_label.values()])),
-            "by_source": _grouped_accuracy(heldout, rows, "generator"),
-            "by_kind": _grouped_accuracy(heldout, rows, "kind"),
+            "by_source": rm_corpus.accuracy_by([t["generator"] for t in heldout], rows),
+            "by_kind": rm_corpus.accuracy_by([t["kind"] for t in heldout], rows),
             "gate": {"min_accuracy": fv.min_accuracy, "min_auc": fv.min_auc,
                      "passed": bool(acc >= fv.min_accuracy and auc >= fv.min_auc)}}
 
