@@ -276,5 +276,8 @@ def test_rm_label_metrics_by_hand():
     assert m["rm_onpolicy_pair_accuracy_after"] == pytest.approx(0.625)
     assert m["rm_rule_agreement_after"] == pytest.approx(0.5)
     assert m["rm_onpolicy_auc_after"] == pytest.approx(6.5 / 9)
+    # balanced: right answers accepted 2 of 3 (2, 1; not -1), wrong ones rejected 1 of 3 (-3)
+    assert m["rm_balanced_accuracy_after"] == pytest.approx((2 / 3 + 1 / 3) / 2)
     none = rm_label_metrics(scores, np.ones(6), 3)  # no wrong rollout: no pair to rank
     assert none["rm_onpolicy_pair_accuracy"] is None and np.isnan(none["rm_onpolicy_auc"])
+    assert none["rm_balanced_accuracy"] is None

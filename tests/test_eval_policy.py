@@ -205,4 +205,7 @@ def test_gsm8k_is_also_scored_with_the_references_strict_scorer(verifier):
     assert report["strict"]["greedy_accuracy"]["mean"] == 0.5    # strict: only "#### 10"
     assert report["avg_at_k"]["mean"] == pytest.approx((1.0 + 0.5) / 2)
     assert report["strict"]["avg_at_k"]["mean"] == pytest.approx((0.5 + 0.0) / 2)
+    assert [r["strict_correct"] for r in rows if r["mode"] == "greedy"] == [False, True]
+    with contextlib.ExitStack() as stack:  # the synthetic task's gold: an integer after "####"
+        assert set(ev.strict_verifiers("synthetic", 1, 5.0, stack)) == {"strict"}
     assert [r["correct"] for r in rows if r["mode"] == "greedy"] == [True, True]  # the headline's

@@ -85,14 +85,50 @@ def test_report_over_finished_runs(tmp_path):
 def test_runs_must_name_an_arm_and_a_seed(tmp_path):
     with pytest.raises(UsageError, match="--runs"):
         real_model.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
+    with pytest.raises(UsageError, match="static_rm"):  # not an arm of the first lane
+        real_model.main(["real_model", f"--results={tmp_path}", "--runs=static_rm_s0"])
 
 
-def test_the_cooper_arm_starts_its_rm_from_smollm2():
-    overrides = real_model.arm_overrides("cooper")
+def test_the_lane_cooper_arm_starts_its_rm_untrained_from_smollm2():
+    overrides = real_model.arm_overrides("lane", "cooper")
     assert any(o.startswith("--config.reward_model.hf_path=") and o.endswith(".gguf")
                for o in overrides)
     assert "--config.reward_model.keep_layers=4" in overrides
-    assert real_model.arm_overrides("rule") == []
+    assert "--config.cooper.rm_checkpoint=" in overrides
+    assert real_model.arm_overrides("lane", "rule") == []
+
+
+def _apply(config, overrides: list[str]):
+    for o in overrides:
+        key, value = o.removeprefix("--config.").split("=", 1)
+        section, field = key.rsplit(".", 1)
+        target = config
+        for part in section.split("."):
+            target = target[part]
+        target[field] = type(target[field])(value)
+    return config
+
+
+def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_rm():
+    """The pre-registered plan: every arm shares every setting but reward.type, runs 60 steps,
+    and the RM arms keep the config's VerifyRM (cooper.rm_checkpoint) at the Cooper recipe."""
+    import os
+
+    from coop_jax.config import load_config_file, validate
+    configs = {arm: _apply(load_config_file(real_model.CONFIG),
+                           real_model.arm_overrides("comparison", arm))
+               for arm in ("rule", "static_rm", "cooper")}
+    flat = {arm: {k: v for k, v in c.to_dict().items() if k != "reward"}
+            for arm, c in configs.items()}
+    assert flat["rule"] == flat["static_rm"] == flat["cooper"]
+    assert [c.reward.type for c in configs.values()] == ["rule", "static_rm", "cooper"]
+    cooper = configs["cooper"]
+    assert cooper.train.steps == 60 and cooper.cooper.learning_rate == 1e-5
+    assert os.path.exists(os.path.join(cooper.cooper.rm_checkpoint, "static_rm_meta.json"))
+    for c in configs.values():
+        validate(c, device_count=1)
+    runs = real_model.STUDIES["comparison"]["runs"]
+    assert runs[:3] == ["rule_s0", "static_rm_s0", "cooper_s0"] and len(runs) == 9
 
 
 def test_run_logs_go_to_a_workdir_that_does_not_exist_yet(tmp_path):

@@ -20,8 +20,9 @@ from coop_jax.verify.grouped import verify_across_hosts
 
 # Headline accuracy is lenient (math-verify-style equivalence) on every dataset, so runs of
 # different reward types compare; where the references validate with a stricter scorer, it is
-# reported beside it under "strict" (Cooper validates GSM8K with verl's strict "#### <number>").
-STRICT_EVAL_EXTRACTION = {"gsm8k": "strict_hash"}
+# reported beside it under "strict" (Cooper validates GSM8K with verl's strict "#### <number>";
+# the synthetic task's gold is an integer literal after the answer marker).
+STRICT_EVAL_EXTRACTION = {"gsm8k": "strict_hash", "synthetic": "strict_numeric"}
 
 
 def strict_verifiers(dataset: str, num_workers: int, timeout_s: float, stack) -> dict:
@@ -75,9 +76,11 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
             raise ValueError(f"every problem needs the same (>= 1) number of {mode} completions")
         results = verify_across_hosts(verifier, references, texts)
         correct = np.array([[res.correct for res in group] for group in results], np.float64)
+        others = {}  # name -> its correctness of each completion, also kept per row
         for name, other in (also or {}).items():
             again = verify_across_hosts(other, references, texts)
-            right = np.array([[res.correct for res in group] for group in again], np.float64)
+            right = others[name] = np.array([[res.correct for res in group] for group in again],
+                                            np.float64)
             report.setdefault(name, {})["greedy_accuracy" if mode == "greedy" else "avg_at_k"] = \
                 ci(right[:, 0] if mode == "greedy" else right.mean(axis=1))
         for i, (rec, group) in enumerate(zip(records, results)):
@@ -86,7 +89,9 @@ def score_policy(records: Sequence[dict], prompts: Sequence[str], verifier, *,
                              "prompt": prompts[i],
                              "reference": rec["reference"], "completion": texts[i][j],
                              "extracted": res.extracted, "correct": bool(res.correct),
-                             "mode": mode, "sample_index": j, "length": int(lengths[i][j])})
+                             "mode": mode, "sample_index": j, "length": int(lengths[i][j]),
+                             **{f"{name}_correct": bool(right[i, j])
+                                for name, right in others.items()}})
                 extracted += res.extracted is not None
                 timeouts += bool(res.timed_out)
                 errors += res.error is not None

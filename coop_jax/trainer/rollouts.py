@@ -163,15 +163,21 @@ def rm_label_metrics(scores: np.ndarray, labels: np.ndarray, group_size: int,
                      suffix: str = "") -> dict:
     """How well an RM's raw scores of this step's rollouts agree with their rule labels (the
     hacking measure, on the policy's own rollouts): pointwise accuracy (score > 0 as "correct"),
-    AUC, and the pairwise accuracy of correct over wrong rollouts of the same prompt (ties 1/2;
-    None when the step has no such pair)."""
+    balanced accuracy (the mean of the accuracies on right and on wrong rollouts, so that "all
+    wrong" reads 0.5 however rare right answers are; None without both), AUC, and the pairwise
+    accuracy of correct over wrong rollouts of the same prompt (ties 1/2; None when the step has
+    no such pair)."""
     scores, labels = np.asarray(scores, np.float64), np.asarray(labels) > 0.5
     wins = pairs = 0.0
     for s, c in zip(scores.reshape(-1, group_size), labels.reshape(-1, group_size)):
         diff = s[c][:, None] - s[~c][None, :]  # every (correct, wrong) pair of the group
         wins += float((diff > 0).sum() + 0.5 * (diff == 0).sum())
         pairs += diff.size
-    return {f"rm_rule_agreement{suffix}": float(np.mean((scores > 0) == labels)),
+    accepted = scores > 0
+    balanced = (float(np.mean(accepted[labels]) + np.mean(~accepted[~labels])) / 2
+                if labels.any() and not labels.all() else None)
+    return {f"rm_rule_agreement{suffix}": float(np.mean(accepted == labels)),
+            f"rm_balanced_accuracy{suffix}": balanced,
             f"rm_onpolicy_auc{suffix}": stats.roc_auc(scores, labels.astype(np.float64)),
             f"rm_onpolicy_pair_accuracy{suffix}": wins / pairs if pairs else None}
 

@@ -1,7 +1,7 @@
 """The real-model lane: SmolLM2-135M-Instruct learning the one-step story problems on CPU.
 
     python -m coop_jax.projects.real_model.lane --workdir=runs/real_model \
-        --results=docs/results/real_model [--runs=rule_s0,rule_s1,cooper_s0] [--commit]
+        [--study=lane|comparison] [--runs=rule_s0,rule_s1,cooper_s0] [--commit]
 
 1. The start policy once: held-out greedy and avg@k accuracy of the unmodified model ->
    RESULTS/base_eval/report.json, and from its samples a balanced set of rule-labelled held-out
@@ -14,7 +14,10 @@
    mid-training resumes from its last checkpoint in WORKDIR.
 3. RESULTS/report.md and report.json (`real_model_report`).
 
-Runs are named <arm>_s<seed>; an arm is a set of config overrides (ARMS).
+Runs are named <arm>_s<seed>; an arm is a set of config overrides. A study names its arms, its
+results folder and its runs in order (STUDIES): `lane`, the first rule runs and the untrained-RM
+Cooper run; `comparison`, the pre-registered rule / static_rm / cooper comparison
+(docs/results/real_model/comparison_plan.md), 3 seeds, seed-major.
 """
 from __future__ import annotations
 
@@ -37,15 +40,26 @@ from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import read_jsonl
 
 CONFIG = "configs/smollm2_arithmetic.py"
-# cooper_s0's RM (an untrained start, kept as what that does): SmolLM2's first 4 layers and a
-# new scalar head (reward_model.hf_path, set in `arm_overrides`), LoRA like the policy, lr 1e-4,
-# not the config's trained VerifyRM (cooper.rm_checkpoint emptied).
-ARMS: dict[str, list[str]] = {
-    "rule": [],
-    "cooper": ["--config.reward.type=cooper", "--config.reward_model.keep_layers=4",
-               "--config.reward_model.lora.rank=16", "--config.cooper.negative=rollout",
-               "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
-               "--config.cooper.warmup_ratio=0.0"],
+# The lane's cooper_s0 (an untrained RM start, kept as what that does): SmolLM2's first 4 layers
+# and a new scalar head (reward_model.hf_path, set in `arm_overrides`), LoRA like the policy,
+# lr 1e-4, not the config's trained VerifyRM (cooper.rm_checkpoint emptied).
+UNTRAINED_RM_COOPER = ["--config.reward.type=cooper", "--config.reward_model.keep_layers=4",
+                       "--config.reward_model.lora.rank=16", "--config.cooper.negative=rollout",
+                       "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
+                       "--config.cooper.warmup_ratio=0.0"]
+# The pre-registered comparison (docs/results/real_model/comparison_plan.md): 60 steps; the RM
+# arms start from the config's gated VerifyRM (cooper.rm_checkpoint), frozen or co-trained at
+# the config's Cooper recipe.
+COMPARISON_STEPS = ["--config.train.steps=60"]
+STUDIES: dict[str, dict] = {
+    "lane": dict(results="docs/results/real_model", runs=["rule_s0", "rule_s1", "cooper_s0"],
+                 arms={"rule": [], "cooper": UNTRAINED_RM_COOPER}),
+    "comparison": dict(
+        results="docs/results/real_model/comparison",
+        runs=[f"{arm}_s{seed}" for seed in (0, 1, 2) for arm in ("rule", "static_rm", "cooper")],
+        arms={"rule": COMPARISON_STEPS,
+              "static_rm": COMPARISON_STEPS + ["--config.reward.type=static_rm"],
+              "cooper": COMPARISON_STEPS + ["--config.reward.type=cooper"]}),
 }
 RUN_RE = re.compile(r"^([a-z_]+)_s(\d+)$")
 COPIED = ("summary.json", "metrics.jsonl", "curves.png")
@@ -54,9 +68,13 @@ COPIED = ("summary.json", "metrics.jsonl", "curves.png")
 def _define(fv: flags.FlagValues, argv: list[str]) -> None:
     d = dict(flag_values=fv)
     flags.DEFINE_string("workdir", "runs/real_model", "working folder (checkpoints)", **d)
-    flags.DEFINE_string("results", "docs/results/real_model", "results folder", **d)
+    flags.DEFINE_enum("study", "lane", list(STUDIES), "lane: the first rule / untrained-RM "
+                      "Cooper runs; comparison: the pre-registered rule / static_rm / cooper "
+                      "comparison from the gated VerifyRM", **d)
+    flags.DEFINE_string("results", "", "results folder (default: the study's)", **d)
     flags.DEFINE_string("config", CONFIG, "coop-train config file", **d)
-    flags.DEFINE_list("runs", ["rule_s0", "rule_s1", "cooper_s0"], "runs, <arm>_s<seed>", **d)
+    flags.DEFINE_list("runs", [], "runs, <arm>_s<seed> (default: the study's, in its order)",
+                      **d)
     flags.DEFINE_integer("num_eval", 500, "held-out questions of the before / after evaluation",
                          **d)
     flags.DEFINE_integer("k", 4, "samples per question for avg@k", **d)
@@ -136,9 +154,11 @@ def base_eval(f: flags.FlagValues) -> str:
     return triples
 
 
-def arm_overrides(arm: str) -> list[str]:
-    rm = [f"--config.reward_model.hf_path={smollm2_gguf()}"] if arm == "cooper" else []
-    return ARMS[arm] + rm
+def arm_overrides(study: str, arm: str) -> list[str]:
+    overrides = STUDIES[study]["arms"][arm]
+    rm = ([f"--config.reward_model.hf_path={smollm2_gguf()}"]
+          if overrides is UNTRAINED_RM_COOPER else [])
+    return overrides + rm
 
 
 def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
@@ -149,7 +169,7 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     train_cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
                  f"--config.cooper.heldout_triples={triples}",
-                 *arm_overrides(arm), *f.override]
+                 *arm_overrides(f.study, arm), *f.override]
     train_s = _sh(_timed(train_cmd), work + ".train.log")
     eval_s = _sh(_eval_cmd([f"--checkpoint={work}"], f, work + "_eval"), work + ".eval.log")
     for name_ in COPIED:
@@ -182,10 +202,12 @@ def _commit(paths: list[str], message: str, tries: int = 5) -> None:
 
 def main(argv: list[str]) -> None:
     f = parse_flags(_define, argv, __doc__)
+    study = STUDIES[f.study]
+    f.results, f.runs = f.results or study["results"], f.runs or study["runs"]
     for name in f.runs:
-        if not RUN_RE.match(name) or RUN_RE.match(name).group(1) not in ARMS:
+        if not RUN_RE.match(name) or RUN_RE.match(name).group(1) not in study["arms"]:
             raise UsageError(f"--runs: {name!r} is not <arm>_s<seed> with arm in "
-                             f"{list(ARMS)}")
+                             f"{list(study['arms'])} (--study={f.study})")
     triples = base_eval(f)
     if f.commit:
         _commit([os.path.join(f.results, "base_eval")], "real-model lane: start-policy eval")
