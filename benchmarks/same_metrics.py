@@ -7,8 +7,9 @@ compares every non-timing value of the runs' metrics.jsonl, step by step.
 Each tree runs its own `coop-train` module (`--before_module`, `--after_module`: the package was
 regrouped by role, so the old tree's trainer is `coop_jax.train`). Cases:
   demo         the README's `make demo` (configs/default.py, its embedded defaults)
-  cooper3      3 Cooper steps on configs/default.py (perturbed negatives: the default rewrite
-               negatives need an assistant model)
+  cooper3      3 Cooper steps on configs/default.py (perturbed negatives; each tree's own config
+               names its RM: since the default starts Cooper from the reward-hacking plan's
+               trained RM, compare only trees on the same side of that change)
   two_process  `python -m coop_jax.launch.local --num_processes=2 --devices_per_process=4` of 3
                steps on configs/default.py
 A value counts as equal when both are None, or both are numbers with no difference at all, or

