@@ -35,6 +35,7 @@ from absl.app import UsageError
 from coop_jax.config import load_config_file
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import SyntheticConfig, load_split
+from coop_jax.projects.real_model import comparison
 from coop_jax.projects.real_model.report import write_report
 from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import read_jsonl
@@ -53,13 +54,14 @@ UNTRAINED_RM_COOPER = ["--config.reward.type=cooper", "--config.reward_model.kee
 COMPARISON_STEPS = ["--config.train.steps=60"]
 STUDIES: dict[str, dict] = {
     "lane": dict(results="docs/results/real_model", runs=["rule_s0", "rule_s1", "cooper_s0"],
-                 arms={"rule": [], "cooper": UNTRAINED_RM_COOPER}),
+                 arms={"rule": [], "cooper": UNTRAINED_RM_COOPER}, analysis=None),
     "comparison": dict(
         results="docs/results/real_model/comparison",
         runs=[f"{arm}_s{seed}" for seed in (0, 1, 2) for arm in ("rule", "static_rm", "cooper")],
         arms={"rule": COMPARISON_STEPS,
               "static_rm": COMPARISON_STEPS + ["--config.reward.type=static_rm"],
-              "cooper": COMPARISON_STEPS + ["--config.reward.type=cooper"]}),
+              "cooper": COMPARISON_STEPS + ["--config.reward.type=cooper"]},
+        analysis=comparison.write),
 }
 RUN_RE = re.compile(r"^([a-z_]+)_s(\d+)$")
 COPIED = ("summary.json", "metrics.jsonl", "curves.png")
@@ -215,12 +217,21 @@ def main(argv: list[str]) -> None:
         if os.path.exists(os.path.join(f.results, name, "run.json")):
             continue
         run = train_run(f, name, triples)
-        write_report(f.results)
+        reports = _write_reports(f.results, study["analysis"])
         if f.commit:
-            _commit([os.path.join(f.results, name), os.path.join(f.results, "report.md"),
-                     os.path.join(f.results, "report.json")],
+            _commit([os.path.join(f.results, name), *reports],
                     f"real-model lane: {name} ({run['train_wall_s'] / 60:.0f} min train)")
-    write_report(f.results)
+    _write_reports(f.results, study["analysis"])
+
+
+def _write_reports(results: str, analysis) -> list[str]:
+    """The lane's report and the study's analysis (if any); the files they wrote."""
+    write_report(results)
+    names = ["report.md", "report.json"]
+    if analysis is not None:
+        analysis(results)
+        names += ["analysis.md", "analysis.json"]
+    return [os.path.join(results, n) for n in names]
 
 
 def run() -> None:
