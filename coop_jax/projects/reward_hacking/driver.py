@@ -400,7 +400,7 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False,
     runs = run_order(expected)
     policy_dir = start_policy(config, workdir, results_dir, commit)
     probes = probe_set(config, os.path.join(workdir, "probes.jsonl"))
-    store = dict(workdir=workdir, settings=run_store.fingerprint(config),
+    store = dict(workdir=workdir, settings=run_store.settings(config),
                  results_dir=results_dir, commit=commit)
     run_dirs = []
     ceiling = e.get("headroom_max_accuracy", 0.0)
