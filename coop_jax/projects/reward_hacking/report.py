@@ -405,8 +405,9 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     result = {"groups": groups, "gold": "strict" if strict else "lenient",
               "groups_lenient": lenient, "analysis": analysis, "diagnostics": diag,
               "probes": probes, "kl_curves": kl, "missing": missing,
-              # relative to the report, so that the file reads the same from any clone
-              "runs": [os.path.relpath(r["dir"], out_dir) for r in runs],
+              # <arm>_s<seed>, the folder's name under runs/ (kept or in the workdir), so that
+              # the file reads the same from any clone
+              "runs": [os.path.basename(os.path.normpath(r["dir"])) for r in runs],
               "partial": bool(missing),
               "beside": earlier}
     report_lib.save_report(out_dir, md, result)
