@@ -138,9 +138,7 @@ def base_config() -> ml_collections.ConfigDict:
         # negative_check: how a verified negative is kept (cooper.KEEP_RULES): "reference" (the
         # lenient verifier on the full texts; no parseable answer counts as wrong) | "extracted"
         negative="rewrite", negative_check="reference", learning_rate=1e-5, warmup_ratio=0.0,
-        no_pair_step="zero_grad",
-        weight_decay=0.01,
-        grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
+        no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
         heldout_triples="", heldout_every=10,
         micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
@@ -151,6 +149,7 @@ def base_config() -> ml_collections.ConfigDict:
     # at step 0, every `every` steps (0: the last only) and at the end, the reward RM's false-accept
     # rate and the policy's log-likelihood per token of each pattern ("" = off)
     c.probes = ml_collections.ConfigDict(dict(triples="", every=0))
+    c.evals = "policy,rm_heldout,probes"  # trainer.evaluators, each at its own cadence field
 
     # extraction: auto (the reward type's reference default, rewards.REWARD_SOURCES) | lenient |
     # strict_boxed | strict_hash | strict_numeric (an integer literal after every answer marker:
@@ -389,6 +388,8 @@ FIELD_DOCS: dict[str, str] = {
     "corewarding.a_start": "corewarding_2: teacher EMA rate at the start (cosine decay)",
     "corewarding.a_end": "corewarding_2: teacher EMA rate at the end",
     "corewarding.decay_steps": "corewarding_2: steps of the decay (0: train.steps)",
+    "evals": "the run's evaluations, comma-separated (trainer.evaluators.EVALUATORS: policy, "
+             "rm_heldout, probes), each at its own cadence field",
     "probes.triples": "JSONL of hack probes (rule-wrong completions with a \"pattern\"; \"\": off)",
     "probes.every": "log the probes' RM false-accept rate and policy log-likelihood every N steps "
                     "(0: step 0 and the last only)",

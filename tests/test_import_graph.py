@@ -128,9 +128,9 @@ def test_data_library_stays_below_training_and_evaluation():
 
 
 # Training never imports evaluation: generation, RM scoring and statistics live in sampling,
-# rm.scoring and stats. coop_jax.trainer.loop is the one module left (its periodic policy
-# evaluation and training curves: evaluate_policy, plot_curves).
-EVAL_IMPORTERS_LEFT = {"coop_jax.trainer.loop"}
+# rm.scoring and stats. Two modules are left: the evaluators a run declares
+# (coop_jax.trainer.evaluators: evaluate_policy) and the loop (the strict verifiers, the curves).
+EVAL_IMPORTERS_LEFT = {"coop_jax.trainer.loop", "coop_jax.trainer.evaluators"}
 
 
 def test_only_evaluation_and_experiments_import_evaluation():

@@ -6,7 +6,8 @@ One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), as `Trainer.run` reads:
   before_step   the reward source's per-step hook (Co-rewarding-II: EMA teacher update)
   rollouts      sample -> decode -> verify -> reward -> pairs -> TrainBatch (`trainer.rollouts`)
   update        one compiled step (`train_step`): rewards on device, advantages, policy (and RM)
-  evaluate      held-out accuracy of the policy, and of the RM on its held-out triples
+  evaluate      the evaluators `config.evals` lists, each at its cadence (`trainer.evaluators`:
+                the policy's held-out accuracy, the RM's on its held-out triples, hack probes)
   log / checkpoint
 With `rollout.overlap` (one-step off-policy, `rollouts.RolloutFeed`), the rollouts of step t+1 are
 sampled by the parameters update t starts from, and their host half runs in a thread while the
@@ -33,18 +34,17 @@ from absl.app import UsageError
 
 from coop_jax import checkpoint, console, data, parallel, rl, sampling
 from coop_jax.trainer import cooper, rewards, sft
-from coop_jax.trainer import probes
+from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
 from coop_jax.hf.build import load_model, with_lora
-from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
+from coop_jax.eval.evaluate import strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models import lora
 from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.optim import make_optimizer
-from coop_jax.rm.input import read_triples, rm_input_format
+from coop_jax.rm.input import rm_input_format
 from coop_jax.rm.load import RewardModel, load_reward_model
-from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSetup,
                                        finish_rule_labels, rm_label_metrics)
 from coop_jax.trainer.batch import StepOutputs, TrainBatch, trim_padding
@@ -79,10 +79,11 @@ def check_multi_process(config, num_processes: int) -> None:
 
 def validate_config(config, device_count: int | None = None, num_processes: int = 1) -> None:
     """Raise ValueError naming the first field a run cannot work with: the schema's checks, the
-    reward type's and the negative strategy's, and the multi-process ones."""
+    reward type's, the negative strategy's, the evaluators' and the multi-process ones."""
     config_lib.validate(config, device_count)
     rewards.validate_config(config)
     cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
+    evaluators.validate(config)
     check_lora(config)
     check_multi_process(config, num_processes)
 
@@ -188,40 +189,6 @@ def headline_name(config) -> str:
     return f"avg@{e.k} (T={e.temperature:g}, top-p {e.top_p:g})"
 
 
-def evaluate(config, params, policy_cfg, tokenizer, records, verifier,
-             also: dict | None = None) -> dict:
-    """Greedy accuracy, avg@k (eval.k samples per problem) and the headline one of the two, of
-    the policy `params` on the held-out `records` (lenient); with `also` (GSM8K's strict
-    verifier, `strict_verifiers`) their strict values too ("..._strict")."""
-    c = config
-    if not records:
-        return {}
-    report, _ = evaluate_policy(
-        params, policy_cfg, tokenizer, records, template=c.data.prompt_template,
-        chat=c.data.chat_template, verifier=verifier, k=c.eval.k, temperature=c.eval.temperature,
-        top_p=c.eval.top_p, greedy=True, max_prompt_len=c.data.max_prompt_len,
-        max_new_tokens=c.rollout.max_new_tokens, batch_size=c.eval.batch_size, seed=c.seed,
-        kernel_impl=c.kernels.impl, also=also)
-    metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
-               "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
-    for name in also or {}:
-        metrics[f"eval/greedy_accuracy_{name}"] = report[name]["greedy_accuracy"]["mean"]
-        metrics[f"eval/sampled_accuracy_{name}"] = report[name]["avg_at_k"]["mean"]
-    metrics["eval/headline_accuracy"] = metrics[
-        "eval/greedy_accuracy" if c.eval.headline == "greedy" else "eval/sampled_accuracy"]
-    return metrics
-
-
-def rm_heldout(config, rm_params, rm: RewardModel | None) -> dict:
-    """The RM's accuracy on `cooper.heldout_triples` (when set)."""
-    path = config.cooper.heldout_triples
-    if rm is None or not path:
-        return {}
-    report, _ = evaluate_reward_model(rm_params, rm.config, rm.tokenizer, read_triples(path),
-                                      fmt=rm_input_format(config), batch_size=64)
-    return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
-
-
 def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVerifier]:
     """(the rewards' verifier, the evaluation's). Rewards match answers as
     `rewards.extraction_mode` says (the reference's mode for the reward type by default); held-out
@@ -234,10 +201,6 @@ def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVe
         return verifier, verifier
     return verifier, stack.enter_context(RuleVerifier(c.verifier.num_workers,
                                                       c.verifier.timeout_s))
-
-
-def _due(done: int, every: int, last: bool) -> bool:
-    return last or bool(every and done % every == 0)
 
 
 # ---------------------------------------------------------------------- the compiled step
@@ -414,13 +377,14 @@ class Trainer:
             tools.rewriter = cooper.make_rewriter(c, self.mesh)
         return tools, eval_verifier
 
-    # -- evaluation, checkpoints
-    def evaluate(self, verifier) -> dict:
-        return evaluate(self.config, self.state.policy_weights(), self.policy_cfg,
-                        self.setup.tokenizer, self.records.heldout, verifier, self.strict)
-
-    def rm_heldout(self) -> dict:
-        return rm_heldout(self.config, self.state.rm_weights(), self.rm)
+    # -- evaluation (config.evals), checkpoints
+    def eval_context(self, verifier) -> evaluators.EvalContext:
+        """What the run's evaluators see: the policy and RM as they are when called."""
+        return evaluators.EvalContext(
+            self.config, lambda: self.state.policy_weights(), self.policy_cfg,
+            self.setup.tokenizer, self.records.heldout, verifier, self.strict,
+            rm=None if self.rm is None else (lambda: self.state.rm_weights()),
+            rm_model=self.rm, probes=self.hack_probes)
 
     _probes: list | None = None  # the probe triples, read on first use
 
@@ -462,13 +426,13 @@ class Trainer:
             facts["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
             log.info("resumed from step %d", int(self.state.step))
             return RunStart(int(self.state.step), facts, None)
-        initial = self.evaluate(eval_verifier)
+        initial = evaluators.run_due(self.eval_context(eval_verifier), self.config, 0, False)
         facts = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
                  "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
                  "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
                  "wall_seconds_before": 0.0}
         self.save(feed, 0, facts)
-        return RunStart(0, facts, initial | self.rm_heldout() | self.hack_probes())
+        return RunStart(0, facts, initial)
 
     # -- one step
     def update(self, step: int, prepared: PreparedBatch, nan_skips: int) -> tuple[dict, int]:
@@ -527,6 +491,7 @@ class Trainer:
             tools, eval_verifier = self._host_tools(stack)
             feed = RolloutFeed(self.setup, pipeline, tools, stack)
             start = self._start(feed, pipeline, eval_verifier)
+            context = self.eval_context(eval_verifier)
             writer = MetricWriter(self.workdir, start.step if self.resuming else None,
                                   primary=jax.process_index() == 0)
             if start.initial is not None:  # step 0 of the curves: the policy (and RM) before RL
@@ -547,19 +512,14 @@ class Trainer:
                 # -- evaluate
                 done = step + 1
                 last = done == c.train.steps
-                if _due(done, c.train.eval_every, last):
-                    metrics.update(self.evaluate(eval_verifier))
-                if _due(done, c.cooper.heldout_every, last):
-                    metrics.update(self.rm_heldout())
-                if _due(done, c.probes.every, last):
-                    metrics.update(self.hack_probes())
+                metrics.update(evaluators.run_due(context, c, done, last))
                 final = metrics if last else final
                 # -- log, checkpoint
                 row = writer.write(done, metrics)
                 bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
                                 acc=f"{row.get('rule_accuracy', 0):.3f}")
                 stopping = parallel.host.any_process(stop.requested)  # every host saves, or none
-                if stopping or _due(done, c.train.checkpoint_every, last):
+                if stopping or evaluators.due(done, c.train.checkpoint_every, last):
                     wall = start.facts["wall_seconds_before"] + time.time() - start_time
                     self.save(feed, done, start.facts | {"wall_seconds_before": wall})
                 if stopping:
@@ -568,7 +528,7 @@ class Trainer:
                     return {"stopped_at": done}
             writer.close()
             if final is None:  # resumed a run that had already finished its steps
-                final = self.evaluate(eval_verifier) | self.rm_heldout()
+                final = evaluators.run_after_resume(context, c)
             # every host's verifier pool checked its own rows
             every_host = parallel.host.gather_json(tools.verifier.stats.as_dict())
             verifier_stats = {k: sum(host[k] for host in every_host) for k in every_host[0]}

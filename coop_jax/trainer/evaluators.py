@@ -1,0 +1,147 @@
+"""The evaluations of a run, declared in the config and run by the loop.
+
+`config.evals` lists them by name (comma-separated names of EVALUATORS, in the order they run);
+each evaluator names the config field of its cadence. The loop runs every listed evaluator on the
+policy before RL (step 0), every `every` steps (0: never in between) and after the last step. A
+new evaluation is one `@register_evaluator` function here, its cadence field, and its name in
+`config.evals`:
+
+    @register_evaluator("my_eval", every="train.eval_every")
+    def my_eval(run: EvalContext) -> dict:
+        return {"my_eval/score": ...}
+
+An evaluator reads what it needs from `EvalContext` (the run's policy and RM as they are now,
+the held-out records, the evaluation's verifiers) and returns its metrics.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from coop_jax.eval.evaluate import evaluate_policy
+from coop_jax.registry import Param, Registry, first_doc_line
+from coop_jax.rm.input import read_triples, rm_input_format
+from coop_jax.rm.scoring import evaluate_reward_model
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalContext:
+    """What an evaluator sees of the run. `policy()` / `rm()` return the current weights."""
+    config: Any
+    policy: Callable[[], Any]
+    policy_cfg: Any
+    tokenizer: Any
+    heldout: list
+    verifier: Any          # the evaluation's (lenient) verifier
+    strict: dict           # further verifiers by name (a dataset's strict gold)
+    rm: Callable[[], Any] | None = None   # the RM's weights (None: the run has no RM)
+    rm_model: Any = None   # rm.load.RewardModel
+    probes: Callable[[], dict] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+    """A `config.evals` entry: `run(context) -> metrics`; `every`: its cadence field;
+    `after_resume`: also run when a resumed run had already finished its steps (for the
+    summary's final values)."""
+    name: str
+    run: Callable[[EvalContext], dict]
+    every: Param
+    after_resume: bool = True
+
+
+EVALUATORS: Registry[Evaluator] = Registry("evals")
+
+
+def register_evaluator(name: str, *, every: str, after_resume: bool = True):
+    """Decorator: register `fn(context) -> metrics` as evaluator `name`, run every `every`."""
+    def register(fn):
+        EVALUATORS.register(name, Evaluator(name, fn, Param(every), after_resume),
+                            doc=first_doc_line(fn))
+        return fn
+    return register
+
+
+def names(config) -> list[str]:
+    return [n.strip() for n in config.evals.split(",") if n.strip()]
+
+
+def validate(config) -> None:
+    """Raise ValueError naming config.evals when it lists an unknown or repeated evaluator."""
+    listed = names(config)
+    for name in listed:
+        EVALUATORS.check(name)
+    if len(set(listed)) != len(listed):
+        raise ValueError(f"config.evals lists an evaluator twice: {config.evals!r}")
+
+
+def scheduled(config) -> list[tuple[Evaluator, int]]:
+    """(evaluator, its cadence in steps) of every evaluator `config.evals` lists, in order."""
+    return [(EVALUATORS[name], int(EVALUATORS[name].every.read(config)))
+            for name in names(config)]
+
+
+def due(done: int, every: int, last: bool) -> bool:
+    """Whether an evaluation of cadence `every` runs after `done` steps (always after the
+    last)."""
+    return last or bool(every and done % every == 0)
+
+
+def run_due(context: EvalContext, config, done: int, last: bool) -> dict:
+    """The metrics of every listed evaluator due after `done` steps (done=0: all of them)."""
+    metrics: dict = {}
+    for evaluator, every in scheduled(config):
+        if done == 0 or due(done, every, last):
+            metrics.update(evaluator.run(context))
+    return metrics
+
+
+def run_after_resume(context: EvalContext, config) -> dict:
+    """The final metrics of a resumed run that had already finished its steps."""
+    metrics: dict = {}
+    for evaluator, _ in scheduled(config):
+        if evaluator.after_resume:
+            metrics.update(evaluator.run(context))
+    return metrics
+
+
+# ---------------------------------------------------------------------- the evaluators
+@register_evaluator("policy", every="train.eval_every")
+def policy_accuracy(run: EvalContext) -> dict:
+    """The policy's greedy accuracy, avg@k (eval.k samples) and the headline one of the two on
+    the held-out split (lenient; a dataset's strict gold beside it, "..._strict")."""
+    c = run.config
+    if not run.heldout:
+        return {}
+    report, _ = evaluate_policy(
+        run.policy(), run.policy_cfg, run.tokenizer, run.heldout,
+        template=c.data.prompt_template, chat=c.data.chat_template, verifier=run.verifier,
+        k=c.eval.k, temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
+        max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
+        batch_size=c.eval.batch_size, seed=c.seed, kernel_impl=c.kernels.impl, also=run.strict)
+    metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
+               "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
+    for name in run.strict:
+        metrics[f"eval/greedy_accuracy_{name}"] = report[name]["greedy_accuracy"]["mean"]
+        metrics[f"eval/sampled_accuracy_{name}"] = report[name]["avg_at_k"]["mean"]
+    metrics["eval/headline_accuracy"] = metrics[
+        "eval/greedy_accuracy" if c.eval.headline == "greedy" else "eval/sampled_accuracy"]
+    return metrics
+
+
+@register_evaluator("rm_heldout", every="cooper.heldout_every")
+def rm_heldout_accuracy(run: EvalContext) -> dict:
+    """The RM's accuracy on the held-out triples of `cooper.heldout_triples` (when set)."""
+    path = run.config.cooper.heldout_triples
+    if run.rm is None or not path:
+        return {}
+    report, _ = evaluate_reward_model(run.rm(), run.rm_model.config, run.rm_model.tokenizer,
+                                      read_triples(path), fmt=rm_input_format(run.config),
+                                      batch_size=64)
+    return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
+
+
+@register_evaluator("probes", every="probes.every", after_resume=False)
+def hack_probes(run: EvalContext) -> dict:
+    """The hack probes' RM false-accept rate and policy log-likelihood (`probes.triples`)."""
+    return run.probes() if run.probes is not None else {}

@@ -1,0 +1,66 @@
+"""Evaluators declared in the config (coop_jax.trainer.evaluators): the schedule, validation, and a
+new evaluator added as one registry entry plus its name in config.evals, run by the loop."""
+import json
+import os
+
+import pytest
+
+from conftest import repo_config
+
+from coop_jax.trainer import evaluators, loop as train
+
+
+@pytest.fixture
+def counting():
+    """A temporary evaluator `count` (cadence train.eval_every) that records its calls."""
+    calls = []
+
+    @evaluators.register_evaluator("count", every="train.eval_every", after_resume=False)
+    def count(run):
+        calls.append(run)
+        return {"count/calls": len(calls)}
+    yield calls
+    evaluators.EVALUATORS.unregister("count")
+
+
+def test_each_listed_evaluator_runs_at_start_every_n_steps_and_after_the_last(counting):
+    c = repo_config("tiny_test")
+    c.evals, c.train.eval_every = "count", 3
+    due = [done for done in range(8)
+           if evaluators.run_due(None, c, done, last=done == 7)]
+    assert due == [0, 3, 6, 7] and len(counting) == 4
+    c.train.eval_every = 0  # no cadence: before RL and after the last step only
+    assert [d for d in range(8) if evaluators.run_due(None, c, d, last=d == 7)] == [0, 7]
+    c.evals = ""
+    assert evaluators.run_due(None, c, 0, last=False) == {}
+
+
+def test_the_default_lists_the_three_evaluations_with_their_cadence_fields():
+    c = repo_config("tiny_test")
+    c.train.eval_every, c.cooper.heldout_every, c.probes.every = 5, 7, 0
+    assert [(e.name, every) for e, every in evaluators.scheduled(c)] == [
+        ("policy", 5), ("rm_heldout", 7), ("probes", 0)]
+
+
+@pytest.mark.parametrize("evals, message", [
+    ("policy,nope", "config.evals must be one of .* got 'nope'"),
+    ("policy,policy", "config.evals lists an evaluator twice")])
+def test_an_unknown_or_repeated_evaluator_is_one_line_naming_the_field(evals, message):
+    c = repo_config("tiny_test")
+    c.evals = evals
+    with pytest.raises(ValueError, match=message):
+        train.validate_config(c, device_count=8)
+
+
+def test_a_new_evaluator_is_a_registry_entry_and_a_config_line(counting, tmp_path):
+    """The loop runs what config.evals lists, and only that: `count` at step 0, step 2 (its
+    cadence) and the last step; without `policy` no held-out accuracy is computed."""
+    c = repo_config("tiny_test")
+    c.evals, c.train.eval_every, c.train.steps = "count", 2, 3
+    train.train(c, str(tmp_path))
+    with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
+        rows = [json.loads(line) for line in fh]
+    assert [(r["step"], r["count/calls"]) for r in rows if "count/calls" in r] == [
+        (0, 1), (2, 2), (3, 3)]
+    assert not any("eval/greedy_accuracy" in r for r in rows)
+    assert counting[-1].policy_cfg is not None and len(counting[-1].heldout) > 0
