@@ -140,7 +140,7 @@ def base_config() -> ml_collections.ConfigDict:
         negative="rewrite", negative_check="reference", learning_rate=1e-5, warmup_ratio=0.0,
         no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
-        heldout_triples="", heldout_every=10,
+        heldout_triples="", heldout_every=10, pairs_per_group=1, pair_label_noise=0.0,
         micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
@@ -384,6 +384,10 @@ FIELD_DOCS: dict[str, str] = {
     "cooper.rm_checkpoint": "start the RM from this coop-train / coop-train-rm workdir",
     "cooper.heldout_triples": "JSONL of triples the RM is evaluated on during training",
     "cooper.heldout_every": "evaluate the RM on heldout_triples every N steps",
+    "cooper.pairs_per_group": "pairs per group: the k highest-scored wrong rollouts, one pair "
+                              "each (needs an on-device negative, rollout_hardest)",
+    "cooper.pair_label_noise": "probability that a pair's positive and negative are swapped "
+                               "(0.5: the sham-Cooper control)",
     "cooper.micro_batches": "the RM's pair gradient accumulated over micro-batches",
     "corewarding.a_start": "corewarding_2: teacher EMA rate at the start (cosine decay)",
     "corewarding.a_end": "corewarding_2: teacher EMA rate at the end",

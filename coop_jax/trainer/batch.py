@@ -40,11 +40,21 @@ class RMInputs(flax.struct.PyTreeNode):
 
 
 class PairBatch(flax.struct.PyTreeNode):
-    pos_tokens: Array  # [B, L] RM input of each prompt's positive
+    """Cooper's (positive, negative) RM inputs, one row per pair (k per prompt with
+    `cooper.pairs_per_group`). A strategy that picks its negative on device by the pre-update
+    RM's scores (`rollout_hardest`) sends rollout indices instead of texts: `pos_row` (the
+    positive's row in its group), `neg_choices` (its group's candidate rows) and `neg_rank`
+    (which of them, by score); the step fills the tokens from the rollouts' RM inputs
+    (`step.resolve_pairs`). `swap`: 1 where the pair's labels are swapped (sham Cooper)."""
+    pos_tokens: Array  # [N, L] RM input of each pair's positive
     pos_mask: Array
-    neg_tokens: Array  # [B, L] ... and of its negative
+    neg_tokens: Array  # [N, L] ... and of its negative
     neg_mask: Array
-    valid: Array       # [B] 1 where the prompt has a pair
+    valid: Array       # [N] 1 where the pair is formed
+    pos_row: Array | None = None      # [N] int32, in the pair's group
+    neg_choices: Array | None = None  # [N, G] 1 for each candidate negative of the group
+    neg_rank: Array | None = None     # [N] int32: 0 = the highest-scored candidate
+    swap: Array | None = None         # [N] 1 = labels swapped
 
 
 class TrainBatch(flax.struct.PyTreeNode):

@@ -8,7 +8,12 @@ is one function under `@register_negative(name)`):
   rollout  - the first rule-incorrect rollout of the same group (on-policy, free);
   perturb  - the positive with its final answer replaced by a different value (an ablation);
   consistent_wrong - the positive with one early slip carried through to a wrong final answer
-             (synthetic task; the offline stand-in for rewrite).
+             (synthetic task; the offline stand-in for rewrite);
+  rollout_hardest - the rule-incorrect rollout of the group that the pre-update RM scores
+             highest (with `cooper.pairs_per_group` = k, the k highest, one pair each), chosen
+             on device (`step.resolve_pairs`): the host sends rollout indices, not texts.
+`cooper.pair_label_noise` swaps each pair's positive and negative with that probability (0.5:
+the sham-Cooper control, an RM that moves as much as Cooper's without learning from the rule).
 A verified strategy's negative (rewrite, perturb, consistent_wrong) is kept by
 `cooper.negative_check` (the KEEP_RULES registry): "reference" (default, as the released code
 does with Math-Verify) keeps it unless the lenient verifier finds the two full texts equivalent,
@@ -102,6 +107,8 @@ class NegativeStrategy:
     `needs_answer`: the strategy builds on the positive's extracted answer (perturb).
     `retries`: failed prompts are asked again, up to `cooper.rewrite_tries` times.
     `needs_assistant`: the run must configure an assistant model (`make_rewriter`).
+    `on_device`: the negative is picked on device by the RM's scores; `candidates` is then
+    `fn(labels, group_size, pairs_per_group) -> (PairBatch of rollout indices, stats)`.
     """
     name: str
     candidates: CandidateFn
@@ -109,19 +116,21 @@ class NegativeStrategy:
     retries: bool = False
     needs_assistant: bool = False
     needs_answer: bool = False
+    on_device: bool = False
 
 
 NEGATIVE_STRATEGIES: Registry[NegativeStrategy] = Registry("cooper.negative")
 
 
 def register_negative(name: str, *, verified: bool = True, retries: bool = False,
-                      needs_assistant: bool = False, needs_answer: bool = False
-                      ) -> Callable[[CandidateFn], CandidateFn]:
-    """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name`."""
+                      needs_assistant: bool = False, needs_answer: bool = False,
+                      on_device: bool = False) -> Callable[[CandidateFn], CandidateFn]:
+    """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name` (an
+    `on_device` strategy: `fn(labels, group_size, pairs_per_group)`, see NegativeStrategy)."""
     def register(fn: CandidateFn) -> CandidateFn:
-        NEGATIVE_STRATEGIES.register(name, NegativeStrategy(name, fn, verified, retries,
-                                                            needs_assistant, needs_answer),
-                                     doc=first_doc_line(fn))
+        NEGATIVE_STRATEGIES.register(name, NegativeStrategy(
+            name, fn, verified, retries, needs_assistant, needs_answer, on_device),
+            doc=first_doc_line(fn))
         return fn
     return register
 
@@ -135,6 +144,18 @@ def validate_config(c, trains_rm: bool) -> None:
     (`trains_rm`) with a strategy whose assistant is not configured."""
     NEGATIVE_STRATEGIES.check(c.cooper.negative)
     KEEP_RULES.check(c.cooper.negative_check)
+    k, noise = c.cooper.pairs_per_group, c.cooper.pair_label_noise
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"config.cooper.pairs_per_group must be an int >= 1, got {k!r}")
+    if k > 1 and not NEGATIVE_STRATEGIES[c.cooper.negative].on_device:
+        raise ValueError(f"config.cooper.pairs_per_group={k} needs a negative ranked by the RM "
+                         f"(cooper.negative in "
+                         f"{list(NEGATIVE_STRATEGIES.where(lambda s: s.on_device))})")
+    if k >= c.rollout.group_size:
+        raise ValueError(f"config.cooper.pairs_per_group ({k}) must be below "
+                         f"rollout.group_size ({c.rollout.group_size}): a group needs a positive")
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"config.cooper.pair_label_noise must be in [0, 1], got {noise!r}")
     if (trains_rm and NEGATIVE_STRATEGIES[c.cooper.negative].needs_assistant
             and not (c.cooper.assistant_hf_path or c.cooper.assistant_url)):
         others = NEGATIVE_STRATEGIES.where(lambda s: not s.needs_assistant)
@@ -175,6 +196,41 @@ def _consistent_wrong_candidates(requests, *, rng, rewriter):
     answer, so only the question or the reference exposes it (coop_jax.data.synthetic)."""
     del rewriter
     return [consistent_wrong_solution(r.question, r.positive, r.rng or rng) for r in requests]
+
+
+@register_negative("rollout_hardest", verified=False, on_device=True)
+def ranked_rollout_pairs(labels, group_size: int, pairs_per_group: int = 1
+                         ) -> tuple[PairBatch, dict]:
+    """The rule-incorrect rollouts of the group that the pre-update RM scores highest, against
+    its first correct one (k pairs per group with cooper.pairs_per_group), picked on device.
+
+    Host half: per group, k pair rows of rollout indices (`PairBatch.pos_row`, `neg_choices`:
+    every rule-incorrect row, `neg_rank` 0..k-1); a row is valid when its group has a correct
+    rollout and more than `neg_rank` incorrect ones. Tokens are placeholders that
+    `step.resolve_pairs` replaces."""
+    labels = np.asarray(labels).reshape(-1, group_size) > 0.5
+    k = pairs_per_group
+    right, wrong = labels.any(axis=1), (~labels).sum(axis=1)
+    rank = np.tile(np.arange(k, dtype=np.int32), len(labels))
+    valid = np.repeat(right, k) & (rank < np.repeat(wrong, k))
+    blank = np.zeros((len(rank), 1), np.int32)
+    pairs = PairBatch(blank, blank, blank, blank, valid.astype(np.float32),
+                      pos_row=np.repeat(labels.argmax(axis=1), k).astype(np.int32),
+                      neg_choices=np.repeat(~labels, k, axis=0).astype(np.float32),
+                      neg_rank=rank)
+    stats = {"pairs/no_positive": int((~right).sum()) * k,
+             "pairs/no_negative": int((np.repeat(right, k) & ~valid).sum()),
+             "pairs/negative_not_wrong": 0, "pairs/valid": int(valid.sum())}
+    return pairs, stats
+
+
+def label_swaps(num_pairs: int, noise: float, seed: Sequence[int], first_pair: int = 0
+                ) -> np.ndarray:
+    """1 where a pair's labels are swapped, with probability `noise`: pair i draws from its own
+    `default_rng([*seed, first_pair + i])`, so the swaps do not depend on how the pairs are
+    split over processes (`first_pair`: the global index of this process's first pair)."""
+    return np.array([np.random.default_rng([*seed, first_pair + i]).random() < noise
+                     for i in range(num_pairs)], np.float32)
 
 
 def keep_if_wrong(verifier, pos_answers: Sequence[str], candidates: Sequence[str | None]
@@ -257,6 +313,9 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
     of `records[0]` in a multi-host batch).
     """
     spec, rule = negative_strategy(strategy), KEEP_RULES.lookup(keep_rule)
+    if spec.on_device:
+        raise ValueError(f"cooper.negative={strategy!r} picks its negatives on device: its host "
+                         "half is ranked_rollout_pairs, not build_pairs")
     verifiers = PairVerifiers(verifier, full_text_verifier or verifier)
     prompts = prompts or [r["question"] for r in records]
     rng = rng or np.random.default_rng(0)

@@ -220,16 +220,29 @@ def make_batch(setup: RolloutSetup, records, rollouts: DecodedRollouts, scored: 
 # ---------------------------------------------------------------------- pairs (Cooper)
 def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollouts,
              tools: HostTools):
-    """Cooper: one (positive, negative) pair per prompt, tokenised for the RM update."""
+    """Cooper: the (positive, negative) pairs of the RM update, tokenised (one per prompt), or
+    as rollout indices for a negative the step picks by the RM's scores (k per prompt); with
+    `cooper.pair_label_noise`, some marked to be swapped."""
     c = setup.config
-    prompts = [data.format_prompt(c.data.prompt_template, r["question"]) for r in records]
-    pairs, stats = cooper.build_pairs(
-        c.cooper.negative, records, texts, scored.labels, scored.extracted, setup.group_size,
-        verifier=tools.verifier, rewriter=tools.rewriter, seed=(c.seed, step),
-        first_prompt=jax.process_index() * len(records), tries=c.cooper.rewrite_tries,
-        prompts=prompts, keep_rule=c.cooper.negative_check,
-        full_text_verifier=tools.lenient_verifier)
-    return cooper.tokenize_pairs(setup.rm_tokenizer, records, pairs, setup.rm_format), stats
+    spec = cooper.negative_strategy(c.cooper.negative)
+    first_prompt = jax.process_index() * len(records)
+    if spec.on_device:
+        pairs, stats = spec.candidates(scored.labels, setup.group_size, c.cooper.pairs_per_group)
+    else:
+        prompts = [data.format_prompt(c.data.prompt_template, r["question"]) for r in records]
+        texts_, stats = cooper.build_pairs(
+            c.cooper.negative, records, texts, scored.labels, scored.extracted,
+            setup.group_size, verifier=tools.verifier, rewriter=tools.rewriter,
+            seed=(c.seed, step), first_prompt=first_prompt, tries=c.cooper.rewrite_tries,
+            prompts=prompts, keep_rule=c.cooper.negative_check,
+            full_text_verifier=tools.lenient_verifier)
+        pairs = cooper.tokenize_pairs(setup.rm_tokenizer, records, texts_, setup.rm_format)
+    if c.cooper.pair_label_noise:
+        per_prompt = len(pairs.valid) // len(records)
+        pairs = pairs.replace(swap=cooper.label_swaps(
+            len(pairs.valid), c.cooper.pair_label_noise, (c.seed, step, 1),
+            first_pair=first_prompt * per_prompt))
+    return pairs, stats
 
 
 def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],

@@ -30,7 +30,7 @@ from coop_jax.models.logprobs import grouped_response_logprobs, response_logprob
 from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
                             split_micro_batches)
 from coop_jax.registry import Options, Param, Registry
-from coop_jax.trainer.batch import PairBatch, StepOutputs, TrainBatch
+from coop_jax.trainer.batch import PairBatch, RMInputs, StepOutputs, TrainBatch
 
 Array = jax.Array
 
@@ -136,6 +136,31 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
     loss = -(jax.nn.log_sigmoid(pos - neg) * valid).sum() / n
     acc = ((pos > neg) * valid).sum() / n
     return loss, {"rm_loss": loss, "rm_pair_acc": acc, "rm_valid_pairs": count}
+
+
+def resolve_pairs(pairs: PairBatch, rm: RMInputs, scores: Array, group_size: int) -> PairBatch:
+    """The pairs the RM trains on. A pair sent as rollout indices (`PairBatch.neg_choices`) gets
+    its positive's and its negative's RM inputs from the rollouts: the negative is the
+    candidate of rank `neg_rank` by the pre-update RM `scores` [R] (0: the highest; ties go to
+    the first row). Then pairs marked `swap` exchange positive and negative."""
+    if pairs.neg_choices is not None:
+        per_group = pairs.valid.shape[0] * group_size // scores.shape[0]
+        group = jnp.repeat(jnp.arange(scores.shape[0] // group_size), per_group)
+        ranked = jnp.where(pairs.neg_choices > 0, scores.reshape(-1, group_size)[group], -jnp.inf)
+        order = jnp.argsort(-ranked, axis=-1, stable=True)
+        neg = jnp.take_along_axis(order, pairs.neg_rank[:, None], axis=-1)[:, 0]
+        pos_rows, neg_rows = group * group_size + pairs.pos_row, group * group_size + neg
+        pairs = pairs.replace(pos_tokens=rm.tokens[pos_rows], pos_mask=rm.mask[pos_rows],
+                              neg_tokens=rm.tokens[neg_rows], neg_mask=rm.mask[neg_rows],
+                              pos_row=None, neg_choices=None, neg_rank=None)
+    if pairs.swap is not None:
+        swap = pairs.swap[:, None] > 0
+        pairs = pairs.replace(
+            pos_tokens=jnp.where(swap, pairs.neg_tokens, pairs.pos_tokens),
+            pos_mask=jnp.where(swap, pairs.neg_mask, pairs.pos_mask),
+            neg_tokens=jnp.where(swap, pairs.pos_tokens, pairs.neg_tokens),
+            neg_mask=jnp.where(swap, pairs.pos_mask, pairs.neg_mask), swap=None)
+    return pairs
 
 
 def shares_prompt_prefix(cfg: StepConfig, num_rows: int, grouped: bool = True) -> bool:
@@ -412,7 +437,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
         metrics["rollout_entropy"] = _token_mean(entropy, batch.mask)
     rm, rm_scores_after = state.rm, None
     if cfg.rm_update is not None:
-        rm, rm_metrics = _rm_update(state, cfg, rm_tx, batch.pairs)
+        pairs = resolve_pairs(batch.pairs, batch.rm, rm_scores, cfg.group_size)
+        rm, rm_metrics = _rm_update(state, cfg, rm_tx, pairs)
         metrics.update(rm_metrics)
         # the updated RM on the same rollouts: does the co-trained RM follow the policy?
         rm_scores_after = models.reward_scores(lora.combine(state.rm_base, rm.params), cfg.rm,
