@@ -57,11 +57,15 @@ def test_arms_share_everything_but_reward_and_negative():
     configs = {arm: reward_hacking.run_config(config, arm, 1, "/policy", "/rm", "/held.jsonl")
                for arm in reward_hacking.ARMS}
     flat = {arm: c.to_dict() for arm, c in configs.items()}
+    overridden = {f for o in reward_hacking.ARM_OVERRIDES.values() for f in o}
     for c in flat.values():
         c["reward"].pop("type")
         c["cooper"].pop("negative")
         c["cooper"].pop("rm_checkpoint")
         c["cooper"].pop("heldout_triples")
+        for field in overridden:  # the fields that set some arm apart (checked below)
+            section, name = field.split(".")
+            c[section].pop(name)
     first = next(iter(flat.values()))
     assert all(c == first for c in flat.values())
     assert configs["cooper_perturb"].cooper.negative == "perturb"
@@ -71,6 +75,17 @@ def test_arms_share_everything_but_reward_and_negative():
     assert "random" in default and "cooper_perturb" not in default  # dropped for time
     assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
     assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
+    # issue 38's arms: hard negatives, the sham control, the two mechanism arms
+    assert configs["cooper_rollout_hardest"].cooper.negative == "rollout_hardest"
+    assert configs["cooper_rollout_hardest"].cooper.pair_label_noise == 0.0
+    sham = configs["sham_cooper"]
+    assert sham.cooper.negative == "rollout_hardest" and sham.cooper.pair_label_noise == 0.5
+    assert configs["static_rm_drgrpo"].rl.advantage == "drgrpo"
+    assert configs["static_rm"].rl.advantage == "grpo" and not configs["static_rm"].reward.threshold
+    assert configs["static_rm_threshold"].reward.threshold is True
+    from coop_jax.trainer.loop import validate_config
+    for arm in ("cooper_rollout_hardest", "sham_cooper", "static_rm_drgrpo", "static_rm_threshold"):
+        validate_config(configs[arm], device_count=1)
     with pytest.raises(ValueError, match="experiment.methods"):
         reward_hacking.run_config(config, "cooper_magic", 0, "", "", "")
 

@@ -18,6 +18,20 @@ ARMS = {
     # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
     # "random"), for how much of an arm's gain has nothing to do with its reward.
     "random": ("random", None),
+    # Issue 38's arms (beyond the paper; not in the default methods): Cooper with the RM's own
+    # hardest wrong rollout as the negative; the sham control (the same pairs with half their
+    # labels swapped); and the two mechanism arms for the all-wrong-group route (advantages
+    # without the std division, and the RM's reward thresholded at 0.5).
+    "cooper_rollout_hardest": ("cooper", "rollout_hardest"),
+    "sham_cooper": ("cooper", "rollout_hardest"),
+    "static_rm_drgrpo": ("static_rm", None),
+    "static_rm_threshold": ("static_rm", None),
+}
+# arm -> further config fields that set it apart (dotted field -> value)
+ARM_OVERRIDES = {
+    "sham_cooper": {"cooper.pair_label_noise": 0.5},
+    "static_rm_drgrpo": {"rl.advantage": "drgrpo"},
+    "static_rm_threshold": {"reward.threshold": True},
 }
 
 

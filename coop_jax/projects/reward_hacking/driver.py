@@ -54,7 +54,7 @@ from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_ki
 from coop_jax.projects.reward_hacking import hack_probes, plan_inputs, results_page
 from coop_jax.projects import rm_corpus, run_store
 from coop_jax.projects.reward_hacking.arms import (  # noqa: F401
-    ARMS, _methods, _seeds, expected_runs)
+    ARM_OVERRIDES, ARMS, _methods, _seeds, expected_runs)
 from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm.input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm.scoring import evaluate_reward_model
@@ -232,6 +232,9 @@ def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldou
     c.reward.type = reward_type
     if negative:
         c.cooper.negative = negative
+    for field, value in ARM_OVERRIDES.get(arm, {}).items():
+        section, name = field.split(".")
+        c[section][name] = value
     c.model.hf_path = policy_dir
     c.sft.steps = 0
     if probes:
