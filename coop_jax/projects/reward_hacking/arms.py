@@ -18,7 +18,8 @@ ARMS = {
     # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
     # "random"), for how much of an arm's gain has nothing to do with its reward.
     "random": ("random", None),
-    # Issue 38's arms (beyond the paper; not in the default methods): Cooper with the RM's own
+    # Why Cooper reduced the hack without preventing it (beyond the paper; not in the default
+    # methods): Cooper with the RM's own
     # hardest wrong rollout as the negative; the sham control (the same pairs with half their
     # labels swapped); and the two mechanism arms for the all-wrong-group route (advantages
     # without the std division, and the RM's reward thresholded at 0.5).
