@@ -19,10 +19,10 @@ ARMS = {
     # "random"), for how much of an arm's gain has nothing to do with its reward.
     "random": ("random", None),
     # Why Cooper reduced the hack without preventing it (beyond the paper; not in the default
-    # methods): Cooper with the RM's own
-    # hardest wrong rollout as the negative; the sham control (the same pairs with half their
-    # labels swapped); and the two mechanism arms for the all-wrong-group route (advantages
-    # without the std division, and the RM's reward thresholded at 0.5).
+    # methods): Cooper with the RM's own hardest wrong rollout as the negative; the sham
+    # control (the same pairs with half their labels swapped); and the two mechanism arms for
+    # the all-wrong-group route (advantages without the std division, and the RM's reward
+    # thresholded at 0.5).
     "cooper_rollout_hardest": ("cooper", "rollout_hardest"),
     "sham_cooper": ("cooper", "rollout_hardest"),
     "static_rm_drgrpo": ("static_rm", None),
