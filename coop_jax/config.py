@@ -141,6 +141,7 @@ def base_config() -> ml_collections.ConfigDict:
         no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
         assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
         heldout_triples="", heldout_every=10, pairs_per_group=1, pair_label_noise=0.0,
+        reference_positive=False,
         micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
@@ -386,6 +387,8 @@ FIELD_DOCS: dict[str, str] = {
     "cooper.heldout_every": "evaluate the RM on heldout_triples every N steps",
     "cooper.pairs_per_group": "pairs per group: the k highest-scored wrong rollouts, one pair "
                               "each (needs an on-device negative, rollout_hardest)",
+    "cooper.reference_positive": "a group with no correct rollout takes its record's reference "
+                                 "solution as the positive (beyond the paper)",
     "cooper.pair_label_noise": "probability that a pair's positive and negative are swapped "
                                "(0.5: the sham-Cooper control)",
     "cooper.micro_batches": "the RM's pair gradient accumulated over micro-batches",

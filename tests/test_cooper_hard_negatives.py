@@ -42,7 +42,8 @@ def test_the_host_sends_rollout_indices_k_per_group():
     assert pairs.neg_choices[0].tolist() == [0, 1, 1, 0] and pairs.neg_choices[4].tolist() == [
         1, 0, 0, 0]
     assert stats == {"pairs/no_positive": 2, "pairs/no_negative": 1,
-                     "pairs/negative_not_wrong": 0, "pairs/valid": 5}
+                     "pairs/negative_not_wrong": 0, "pairs/valid": 5,
+                     "pairs/reference_positive": 0}
 
 
 def test_the_step_picks_the_highest_scored_wrong_rollouts_ties_to_the_first():
@@ -104,15 +105,16 @@ def test_inconsistent_options_are_one_line_naming_the_field(field, value, messag
 
 def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
     """The tiny config with the reward-hacking plan's start policy (it answers about a third of
-    these right, so groups hold both kinds): k = 2 pairs per group, half the labels swapped.
-    The step's count of valid pairs is the host's."""
+    these right, so groups hold both kinds): k = 2 pairs per group, half the labels swapped,
+    all-wrong groups paired with their reference solution. The step's count of valid pairs is
+    the host's."""
     c = repo_config("tiny_test")
     c.model.hf_path = os.path.join(ROOT, "docs", "results", "reward_hacking", "plan", "inputs",
                                    "start_policy")
     c.data.max_prompt_len = 16
     c.rollout.update(group_size=4, prompts_per_step=4, max_new_tokens=40)
     c.reward.type, c.cooper.negative = "cooper", "rollout_hardest"
-    c.cooper.update(pairs_per_group=2, pair_label_noise=0.5)
+    c.cooper.update(pairs_per_group=2, pair_label_noise=0.5, reference_positive=True)
     train.train(c, str(tmp_path))
     with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh][1:]
@@ -121,3 +123,38 @@ def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
         assert np.isfinite(r["rm_loss"]) and np.isfinite(r["rm_grad_norm"])
         assert r["pairs/valid"] <= 2 * c.rollout.prompts_per_step  # k = 2 per prompt
         assert r["rm_valid_pairs"] == r["pairs/valid"]
+        assert 0 <= r["pairs/reference_positive"] <= r["pairs/valid"]
+
+
+def test_a_group_with_no_correct_rollout_takes_the_reference_solution_on_device():
+    """Group 1 (all wrong) has a reference solution: pos_row -1, its host tokens as positive,
+    and its two highest-scored wrong rollouts (all 4 rows are candidates; scores all 0: rows
+    4 and 5, the first ones) as negatives."""
+    pairs, stats = cooper.ranked_rollout_pairs(LABELS, G, K, has_reference=[True] * 4)
+    assert pairs.pos_row.tolist() == [0, 0, -1, -1, 1, 1, 0, 0]
+    assert pairs.valid.tolist() == [1, 1, 1, 1, 1, 0, 1, 1]
+    assert stats["pairs/reference_positive"] == 2 and stats["pairs/no_positive"] == 0
+    host = np.zeros((8, 3), np.int32)
+    host[2:4] = [7, 8, 9]  # the reference's RM input, longer than the rollouts' (1 token)
+    pairs = pairs.replace(pos_tokens=host, pos_mask=(host > 0).astype(np.int32))
+    out = resolve_pairs(jax.tree_util.tree_map(jnp.asarray, pairs), _rm_inputs(),
+                        jnp.asarray(SCORES), G)
+    assert out.pos_tokens.shape == (8, 3)  # padded on the right to one length
+    assert np.asarray(out.pos_tokens[2]).tolist() == [7, 8, 9]
+    assert np.asarray(out.pos_tokens[0]).tolist() == [100, 0, 0]
+    assert np.asarray(out.pos_mask[0]).tolist() == [1, 0, 0]
+    assert (np.asarray(out.neg_tokens[2:4, 0]) - 100).tolist() == [4, 5]
+
+
+def test_host_strategies_take_the_reference_solution_where_no_rollout_is_right():
+    from coop_jax.verify import RuleVerifier
+    records = [{"question": "3+4", "reference": "7", "solution": "3+4=7. #### 7"},
+               {"question": "5+5", "reference": "10", "solution": None}]
+    texts = ["3+4=8. #### 8", "3+4=9. #### 9", "5+5=11. #### 11", "5+5=9. #### 9"]
+    labels = np.zeros(4, np.float32)
+    with RuleVerifier(num_workers=1, timeout_s=5.0) as verifier:
+        pairs, stats = cooper.build_pairs(
+            "rollout", records, texts, labels, ["8", "9", "11", "9"], 2, verifier=verifier,
+            references=cooper.reference_solutions(records))
+    assert pairs == [("3+4=7. #### 7", "3+4=8. #### 8"), None]  # record 2 has no solution
+    assert stats["pairs/reference_positive"] == 1 and stats["pairs/no_positive"] == 1

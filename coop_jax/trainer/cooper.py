@@ -108,7 +108,8 @@ class NegativeStrategy:
     `retries`: failed prompts are asked again, up to `cooper.rewrite_tries` times.
     `needs_assistant`: the run must configure an assistant model (`make_rewriter`).
     `on_device`: the negative is picked on device by the RM's scores; `candidates` is then
-    `fn(labels, group_size, pairs_per_group) -> (PairBatch of rollout indices, stats)`.
+    `fn(labels, group_size, pairs_per_group, has_reference) -> (PairBatch of rollout indices,
+    stats)`.
     """
     name: str
     candidates: CandidateFn
@@ -199,29 +200,58 @@ def _consistent_wrong_candidates(requests, *, rng, rewriter):
 
 
 @register_negative("rollout_hardest", verified=False, on_device=True)
-def ranked_rollout_pairs(labels, group_size: int, pairs_per_group: int = 1
-                         ) -> tuple[PairBatch, dict]:
+def ranked_rollout_pairs(labels, group_size: int, pairs_per_group: int = 1,
+                         has_reference: Sequence[bool] | None = None) -> tuple[PairBatch, dict]:
     """The rule-incorrect rollouts of the group that the pre-update RM scores highest, against
     its first correct one (k pairs per group with cooper.pairs_per_group), picked on device.
 
     Host half: per group, k pair rows of rollout indices (`PairBatch.pos_row`, `neg_choices`:
-    every rule-incorrect row, `neg_rank` 0..k-1); a row is valid when its group has a correct
-    rollout and more than `neg_rank` incorrect ones. Tokens are placeholders that
-    `step.resolve_pairs` replaces."""
+    every rule-incorrect row, `neg_rank` 0..k-1); a row is valid when its group has a positive
+    and more than `neg_rank` incorrect rollouts. A group with no correct rollout but a reference
+    solution (`has_reference`, cooper.reference_positive) gets pos_row -1: the caller puts that
+    positive's tokens in `pos_tokens`. Other tokens are placeholders that `step.resolve_pairs`
+    replaces."""
     labels = np.asarray(labels).reshape(-1, group_size) > 0.5
     k = pairs_per_group
     right, wrong = labels.any(axis=1), (~labels).sum(axis=1)
+    reference = ~right & (np.zeros(len(labels), bool) if has_reference is None
+                          else np.asarray(has_reference, bool))
     rank = np.tile(np.arange(k, dtype=np.int32), len(labels))
-    valid = np.repeat(right, k) & (rank < np.repeat(wrong, k))
+    has_positive = np.repeat(right | reference, k)
+    valid = has_positive & (rank < np.repeat(wrong, k))
     blank = np.zeros((len(rank), 1), np.int32)
+    pos_row = np.where(reference, -1, labels.argmax(axis=1))
     pairs = PairBatch(blank, blank, blank, blank, valid.astype(np.float32),
-                      pos_row=np.repeat(labels.argmax(axis=1), k).astype(np.int32),
+                      pos_row=np.repeat(pos_row, k).astype(np.int32),
                       neg_choices=np.repeat(~labels, k, axis=0).astype(np.float32),
                       neg_rank=rank)
-    stats = {"pairs/no_positive": int((~right).sum()) * k,
-             "pairs/no_negative": int((np.repeat(right, k) & ~valid).sum()),
-             "pairs/negative_not_wrong": 0, "pairs/valid": int(valid.sum())}
+    stats = {"pairs/no_positive": int((~has_positive).sum()),
+             "pairs/no_negative": int((has_positive & ~valid).sum()),
+             "pairs/negative_not_wrong": 0, "pairs/valid": int(valid.sum()),
+             "pairs/reference_positive": int((np.repeat(reference, k) & valid).sum())}
     return pairs, stats
+
+
+def with_reference_positives(pairs: PairBatch, records: Sequence[dict],
+                             references: Sequence[str | None], tokenizer, fmt: RMInputFormat
+                             ) -> PairBatch:
+    """`ranked_rollout_pairs`' pairs with the RM inputs of the reference positives (pos_row -1)
+    in `pos_tokens` (other rows empty)."""
+    k = len(pairs.valid) // len(records)
+    per_pair = [(r, ref) for r, ref in zip(records, references) for _ in range(k)]
+    rows = [(r["question"], r["reference"], ref if row < 0 else "")
+            for (r, ref), row in zip(per_pair, pairs.pos_row)]
+    tokens, mask = fmt.tokenize(tokenizer, rows)
+    blank = np.zeros_like(tokens)  # the negatives' placeholders, as wide (one padded axis)
+    return pairs.replace(pos_tokens=tokens, pos_mask=mask * (pairs.pos_row[:, None] < 0),
+                         neg_tokens=blank, neg_mask=blank)
+
+
+def reference_solutions(records: Sequence[dict]) -> list[str | None]:
+    """Each record's worked reference solution (its answer in the task's format), the positive
+    of a group with no correct rollout under cooper.reference_positive; None where the record
+    has none (that group forms no pair)."""
+    return [r.get("solution") or None for r in records]
 
 
 def label_swaps(num_pairs: int, noise: float, seed: Sequence[int], first_pair: int = 0
@@ -299,14 +329,16 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
                 rewriter: Callable | None = None, rng: np.random.Generator | None = None,
                 tries: int = 3, seed: Sequence[int] | None = None, first_prompt: int = 0,
                 prompts: Sequence[str] | None = None, keep_rule: str = "reference",
-                full_text_verifier=None) -> tuple[list[tuple[str, str] | None], dict]:
+                full_text_verifier=None, references: Sequence[str | None] | None = None
+                ) -> tuple[list[tuple[str, str] | None], dict]:
     """At most one (positive text, negative text) per prompt; None where the pair is masked.
 
     Positive = the first rule-correct rollout of the group; the negative comes from the
     strategy's candidate function, then (for verified strategies) the `keep_rule` check
     (KEEP_RULES; "reference" uses `full_text_verifier`, a lenient one, default `verifier`).
     `prompts`: the policy's user prompt of each record (default: its question), which the
-    rewrite assistant is sent.
+    rewrite assistant is sent. `references` (cooper.reference_positive): a group with no correct
+    rollout takes its record's reference solution as the positive (`reference_solutions`).
     Random strategies draw from `rng`, shared by the prompts in order; with `seed`, prompt p
     draws from its own `default_rng([*seed, first_prompt + p])` instead, so a prompt's negative
     does not depend on which other prompts this process holds (`first_prompt`: the global index
@@ -320,18 +352,21 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
     prompts = prompts or [r["question"] for r in records]
     rng = rng or np.random.default_rng(0)
     n = len(records)
-    pos_idx = []
+    positives = []  # per prompt: (text, its answer) or None
     for p in range(n):
         rows = range(p * group_size, (p + 1) * group_size)
-        pos_idx.append(next((r for r in rows if labels[r] > 0.5), None))
+        row = next((r for r in rows if labels[r] > 0.5), None)
+        reference = references[p] if references is not None else None
+        positives.append((texts[row], extracted[row]) if row is not None else
+                         (reference, records[p]["reference"]) if reference else None)
     pairs: list[tuple[str, str] | None] = [None] * n
-    stats = {"pairs/no_positive": sum(i is None for i in pos_idx), "pairs/no_negative": 0,
+    stats = {"pairs/no_positive": sum(x is None for x in positives), "pairs/no_negative": 0,
              "pairs/negative_not_wrong": 0}
     requests = {}
     for p in range(n):
-        if pos_idx[p] is None:
+        if positives[p] is None:
             continue
-        answer = extracted[pos_idx[p]]
+        positive, answer = positives[p]
         if spec.verified and (spec.needs_answer or rule.needs_answer) and not answer:
             # the verifier accepted it, but there is no answer string to anchor a negative on
             stats["pairs/no_negative"] += 1
@@ -339,7 +374,7 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
         rows = slice(p * group_size, (p + 1) * group_size)
         own = None if seed is None else np.random.default_rng([*seed, first_prompt + p])
         requests[p] = PairRequest(records[p]["question"], records[p]["reference"], prompts[p],
-                                  texts[pos_idx[p]], answer, texts[rows], labels[rows], own, p)
+                                  positive, answer, texts[rows], labels[rows], own, p)
     # a collective rewriter (a mesh-sharded assistant on several processes) must be called the
     # same number of times on every process: a process whose requests are all done keeps asking
     # with none until no process has any left
@@ -356,6 +391,10 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
                 pairs[p] = (requests.pop(p).positive, c)
     stats["pairs/negative_not_wrong" if spec.verified else "pairs/no_negative"] += len(requests)
     stats["pairs/valid"] = sum(pair is not None for pair in pairs)
+    if references is not None:
+        stats["pairs/reference_positive"] = sum(
+            pair is not None and not (labels[p * group_size:(p + 1) * group_size] > 0.5).any()
+            for p, pair in enumerate(pairs))
     return pairs, stats
 
 

@@ -226,8 +226,13 @@ def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollo
     c = setup.config
     spec = cooper.negative_strategy(c.cooper.negative)
     first_prompt = jax.process_index() * len(records)
+    references = cooper.reference_solutions(records) if c.cooper.reference_positive else None
     if spec.on_device:
-        pairs, stats = spec.candidates(scored.labels, setup.group_size, c.cooper.pairs_per_group)
+        pairs, stats = spec.candidates(scored.labels, setup.group_size, c.cooper.pairs_per_group,
+                                       references and [r is not None for r in references])
+        if references is not None:
+            pairs = cooper.with_reference_positives(pairs, records, references,
+                                                    setup.rm_tokenizer, setup.rm_format)
     else:
         prompts = [data.format_prompt(c.data.prompt_template, r["question"]) for r in records]
         texts_, stats = cooper.build_pairs(
@@ -235,7 +240,7 @@ def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollo
             setup.group_size, verifier=tools.verifier, rewriter=tools.rewriter,
             seed=(c.seed, step), first_prompt=first_prompt, tries=c.cooper.rewrite_tries,
             prompts=prompts, keep_rule=c.cooper.negative_check,
-            full_text_verifier=tools.lenient_verifier)
+            full_text_verifier=tools.lenient_verifier, references=references)
         pairs = cooper.tokenize_pairs(setup.rm_tokenizer, records, texts_, setup.rm_format)
     if c.cooper.pair_label_noise:
         per_prompt = len(pairs.valid) // len(records)

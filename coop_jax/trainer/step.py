@@ -140,19 +140,28 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
 
 def resolve_pairs(pairs: PairBatch, rm: RMInputs, scores: Array, group_size: int) -> PairBatch:
     """The pairs the RM trains on. A pair sent as rollout indices (`PairBatch.neg_choices`) gets
-    its positive's and its negative's RM inputs from the rollouts: the negative is the
-    candidate of rank `neg_rank` by the pre-update RM `scores` [R] (0: the highest; ties go to
-    the first row). Then pairs marked `swap` exchange positive and negative."""
+    its negative's RM input from the rollouts: the candidate of rank `neg_rank` by the
+    pre-update RM `scores` [R] (0: the highest; ties go to the first row); its positive is the
+    rollout `pos_row`, or the host's `pos_tokens` where `pos_row` is -1. Then pairs marked
+    `swap` exchange positive and negative."""
     if pairs.neg_choices is not None:
         per_group = pairs.valid.shape[0] * group_size // scores.shape[0]
         group = jnp.repeat(jnp.arange(scores.shape[0] // group_size), per_group)
         ranked = jnp.where(pairs.neg_choices > 0, scores.reshape(-1, group_size)[group], -jnp.inf)
         order = jnp.argsort(-ranked, axis=-1, stable=True)
         neg = jnp.take_along_axis(order, pairs.neg_rank[:, None], axis=-1)[:, 0]
-        pos_rows, neg_rows = group * group_size + pairs.pos_row, group * group_size + neg
-        pairs = pairs.replace(pos_tokens=rm.tokens[pos_rows], pos_mask=rm.mask[pos_rows],
-                              neg_tokens=rm.tokens[neg_rows], neg_mask=rm.mask[neg_rows],
-                              pos_row=None, neg_choices=None, neg_rank=None)
+        pos_rows = group * group_size + jnp.maximum(pairs.pos_row, 0)
+        neg_rows = group * group_size + neg
+        # pos_row -1: the host's positive (the reference solution) in pos_tokens; RM inputs are
+        # right-padded, so the rollouts' and the host's are padded on the right to one length
+        width = max(rm.tokens.shape[1], pairs.pos_tokens.shape[1])
+        pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+        own = pairs.pos_row[:, None] >= 0
+        pairs = pairs.replace(
+            pos_tokens=jnp.where(own, pad(rm.tokens[pos_rows]), pad(pairs.pos_tokens)),
+            pos_mask=jnp.where(own, pad(rm.mask[pos_rows]), pad(pairs.pos_mask)),
+            neg_tokens=pad(rm.tokens[neg_rows]), neg_mask=pad(rm.mask[neg_rows]),
+            pos_row=None, neg_choices=None, neg_rank=None)
     if pairs.swap is not None:
         swap = pairs.swap[:, None] > 0
         pairs = pairs.replace(
