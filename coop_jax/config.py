@@ -138,10 +138,10 @@ def base_config() -> ml_collections.ConfigDict:
         # negative_check: how a verified negative is kept (cooper.KEEP_RULES): "reference" (the
         # lenient verifier on the full texts; no parseable answer counts as wrong) | "extracted"
         negative="rewrite", negative_check="reference", learning_rate=1e-5, warmup_ratio=0.0,
-        no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256, assistant_hf_path="", assistant_url="",
-        assistant_model="", rewrite_temperature=0.7, rewrite_tries=3, rm_checkpoint="",
-        heldout_triples="", heldout_every=10, pairs_per_group=1, pair_label_noise=0.0,
-        reference_positive=False,
+        no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256,
+        assistant_hf_path="", assistant_url="", assistant_model="", rewrite_temperature=0.7,
+        rewrite_tries=3, rm_checkpoint="", heldout_triples="", heldout_every=10,
+        pairs_per_group=1, pair_label_noise=0.0, reference_positive=False,
         micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))

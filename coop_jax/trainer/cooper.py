@@ -127,7 +127,7 @@ def register_negative(name: str, *, verified: bool = True, retries: bool = False
                       needs_assistant: bool = False, needs_answer: bool = False,
                       on_device: bool = False) -> Callable[[CandidateFn], CandidateFn]:
     """Decorator: register `fn(requests, *, rng, rewriter) -> list[str | None]` as `name` (an
-    `on_device` strategy: `fn(labels, group_size, pairs_per_group)`, see NegativeStrategy)."""
+    `on_device` strategy's function: see NegativeStrategy)."""
     def register(fn: CandidateFn) -> CandidateFn:
         NEGATIVE_STRATEGIES.register(name, NegativeStrategy(
             name, fn, verified, retries, needs_assistant, needs_answer, on_device),
@@ -353,10 +353,13 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
     rng = rng or np.random.default_rng(0)
     n = len(records)
     positives = []  # per prompt: (text, its answer) or None
+    from_reference = set()  # prompts whose positive is their reference solution
     for p in range(n):
         rows = range(p * group_size, (p + 1) * group_size)
         row = next((r for r in rows if labels[r] > 0.5), None)
-        reference = references[p] if references is not None else None
+        reference = references[p] if references is not None and row is None else None
+        if reference:
+            from_reference.add(p)
         positives.append((texts[row], extracted[row]) if row is not None else
                          (reference, records[p]["reference"]) if reference else None)
     pairs: list[tuple[str, str] | None] = [None] * n
@@ -392,9 +395,7 @@ def build_pairs(strategy: str, records: Sequence[dict], texts: Sequence[str], la
     stats["pairs/negative_not_wrong" if spec.verified else "pairs/no_negative"] += len(requests)
     stats["pairs/valid"] = sum(pair is not None for pair in pairs)
     if references is not None:
-        stats["pairs/reference_positive"] = sum(
-            pair is not None and not (labels[p * group_size:(p + 1) * group_size] > 0.5).any()
-            for p, pair in enumerate(pairs))
+        stats["pairs/reference_positive"] = sum(pairs[p] is not None for p in from_reference)
     return pairs, stats
 
 

@@ -27,11 +27,12 @@ from absl.app import UsageError
 
 from coop_jax.console import parse_flags, run_console
 from coop_jax.jsonl import read_jsonl
+from coop_jax.projects.real_model.report import per_question, step_rows
 from coop_jax.stats import bootstrap_ci, interval_to_json, mean_ci
 
 ARMS = ("rule", "static_rm", "cooper")
 CONTRASTS = (("cooper", "static_rm"), ("cooper", "rule"), ("static_rm", "rule"))
-RUN_RE = re.compile(r"^(rule|static_rm|cooper)_s(\d+)$")
+RUN_RE = re.compile(rf"^({'|'.join(ARMS)})_s(\d+)$")
 WINDOW = 10  # steps: the plan's "last 10 steps"
 DIAGNOSTICS = ("rule_accuracy", "proxy_reward_mean", "response_length", "rm_rule_agreement",
                "rm_balanced_accuracy", "rm_onpolicy_auc", "pairs/valid", "rm_loss",
@@ -40,11 +41,7 @@ DIAGNOSTICS = ("rule_accuracy", "proxy_reward_mean", "response_length", "rm_rule
 
 def correctness(samples: list[dict], mode: str, key: str) -> dict[str, float]:
     """id -> the question's mean of `key` ("strict_correct" or "correct") over its `mode` rows."""
-    rows: dict[str, list[float]] = {}
-    for s in samples:
-        if s["mode"] == mode:
-            rows.setdefault(s["id"], []).append(float(s[key]))
-    return {i: float(np.mean(v)) for i, v in rows.items()}
+    return {i: float(v.mean()) for i, v in per_question(samples, key).get(mode, {}).items()}
 
 
 def paired(after: dict[str, float], before: dict[str, float]) -> dict:
@@ -52,10 +49,6 @@ def paired(after: dict[str, float], before: dict[str, float]) -> dict:
     ids = sorted(set(after) & set(before))
     diff = [after[i] - before[i] for i in ids]
     return interval_to_json(bootstrap_ci(diff)) | {"questions": len(ids)}
-
-
-def _steps(metrics: list[dict]) -> list[dict]:
-    return [m for m in metrics if "time/step" in m]
 
 
 def window_means(metrics: list[dict], keys=DIAGNOSTICS) -> dict[str, dict]:
@@ -82,12 +75,12 @@ def collapse(gain: dict, steps: list[dict]) -> dict:
     return criteria | {"collapsed": any(criteria.values())}
 
 
-def summarize_run(run_dir: str, base: list[dict]) -> dict:
-    """One run's final accuracies, gains over the start policy, collapse and diagnostics."""
-    after = read_jsonl(os.path.join(run_dir, "eval_samples.jsonl"))
+def summarize_run(run_dir: str, after: list[dict], base: list[dict]) -> dict:
+    """One run's final accuracies (from its evaluation's samples `after`), gains over the start
+    policy's `base`, collapse and diagnostics."""
     report = json.load(open(os.path.join(run_dir, "eval_report.json")))
     metrics = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
-    steps = _steps(metrics)
+    steps = step_rows(metrics)
     final, gains = {}, {}
     for name, mode, key in (("strict_greedy", "greedy", "strict_correct"),
                             ("strict_avg_at_k", "sampled", "strict_correct"),
@@ -125,8 +118,8 @@ def analyse(results: str) -> dict:
     base = read_jsonl(os.path.join(results, "base_eval", "samples.jsonl"))
     names = sorted(n for n in os.listdir(results) if RUN_RE.match(n)
                    and os.path.exists(os.path.join(results, n, "run.json")))
-    runs = {n: summarize_run(os.path.join(results, n), base) for n in names}
     samples = {n: read_jsonl(os.path.join(results, n, "eval_samples.jsonl")) for n in names}
+    runs = {n: summarize_run(os.path.join(results, n), samples[n], base) for n in names}
     start = {name: float(np.mean(list(correctness(base, mode, key).values())))
              for name, mode, key in (("strict_greedy", "greedy", "strict_correct"),
                                      ("lenient_greedy", "greedy", "correct"))}

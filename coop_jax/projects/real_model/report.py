@@ -21,11 +21,12 @@ COOPER_METRICS = ("pairs/valid", "rm_heldout_accuracy", "rm_rule_agreement", "rm
                   "rm_onpolicy_pair_accuracy")
 
 
-def per_question(samples: list[dict]) -> dict[str, dict[str, np.ndarray]]:
-    """mode -> id -> that question's correctness (greedy: one value; sampled: its k values)."""
+def per_question(samples: list[dict], key: str = "correct") -> dict[str, dict[str, np.ndarray]]:
+    """mode -> id -> that question's correctness under `key` ("correct": the lenient headline,
+    "strict_correct": strict gold) (greedy: one value; sampled: its k values)."""
     out: dict[str, dict[str, list]] = {}
     for s in samples:
-        out.setdefault(s["mode"], {}).setdefault(s["id"], []).append(float(s["correct"]))
+        out.setdefault(s["mode"], {}).setdefault(s["id"], []).append(float(s[key]))
     return {mode: {i: np.asarray(v) for i, v in rows.items()} for mode, rows in out.items()}
 
 
@@ -41,19 +42,20 @@ def paired_gain(before: list[dict], after: list[dict]) -> dict[str, dict]:
     return gains
 
 
-def _steps(metrics: list[dict]) -> list[dict]:
+def step_rows(metrics: list[dict]) -> list[dict]:
+    """The rows of training steps (not the evaluation-only rows, such as step 0)."""
     return [m for m in metrics if "time/step" in m]
 
 
 def time_split(metrics: list[dict]) -> dict[str, float]:
-    rows = [m for m in _steps(metrics) if m["step"] > 1] or _steps(metrics)
+    rows = [m for m in step_rows(metrics) if m["step"] > 1] or step_rows(metrics)
     return {k: float(np.mean([m[k] for m in rows if k in m])) for k in TIMES
             if any(k in m for m in rows)}
 
 
 def training_curve(metrics: list[dict], key: str = "reward_mean", window: int = 10) -> dict:
     """The first and the last `window` steps' mean of `key`."""
-    values = [m[key] for m in _steps(metrics) if key in m]
+    values = [m[key] for m in step_rows(metrics) if key in m]
     if not values:
         return {}
     return {"first": float(np.mean(values[:window])), "last": float(np.mean(values[-window:])),
@@ -61,7 +63,7 @@ def training_curve(metrics: list[dict], key: str = "reward_mean", window: int = 
 
 
 def cooper_diagnostics(metrics: list[dict]) -> dict:
-    steps = _steps(metrics)
+    steps = step_rows(metrics)
     out: dict = {}
     if any("pairs/valid" in m for m in steps):
         valid = [m.get("pairs/valid", 0) for m in steps]
@@ -82,7 +84,7 @@ def summarize_run(run_dir: str, base_samples: list[dict]) -> dict:
     metrics = read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
     after = read_jsonl(os.path.join(run_dir, "eval_samples.jsonl"))
     return run | {
-        "steps": len(_steps(metrics)),
+        "steps": len(step_rows(metrics)),
         "after": {k: report[k] for k in ("greedy_accuracy", "avg_at_k") if k in report},
         "gain": paired_gain(base_samples, after),
         "time_split_s": time_split(metrics),

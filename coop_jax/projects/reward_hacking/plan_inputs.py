@@ -169,6 +169,5 @@ def restore_static_rm(config, results_dir: str, out_dir: str) -> dict | None:
     copy_files(kept, KEPT_RM_FILES, out_dir)
     static = os.path.join(results_dir, PLAN_FOLDER, "static_rm")  # the report reads these
     copy_files(static, STATIC_RM_FILES[1:], out_dir, optional=True)
-    with open(os.path.join(kept, RM_META)) as fh:
-        _save_rm(params, json.load(fh), tok_path, config, out_dir)
+    _save_rm(params, portable.read_meta(kept), tok_path, config, out_dir)
     return summary
