@@ -55,7 +55,7 @@ setup(
             "coop-train-rm=coop_jax.rm.train.cli:run",
             "coop-eval=coop_jax.eval.cli:run",
             "coop-report=coop_jax.eval.report:run",
-            "coop-export=coop_jax.hf.export:run",
+            "coop-export=coop_jax.checkpoint.export:run",
             "coop-rephrase=coop_jax.data.rephrase:run",
         ]
     },

@@ -20,7 +20,7 @@ Needs a venv with jax[tpu] (libtpu), e.g. /work/tpuvenv:
     /work/tpuvenv/bin/python benchmarks/memory_plan.py --report docs/results/memory_plan/runs.jsonl
 
 `--assistant on` keeps the config's local rewrite assistant (`cooper.assistant_hf_path`, the
-architecture its path names in ARCHS, in `cooper.local_assistant_settings`' dtype) resident
+architecture its path names in ARCHS, in `cooper.AssistantSettings`' dtype) resident
 beside the train state: the step is compiled with the assistant's parameters as a kept argument,
 and one rewrite call (the assistant's sampler at the rewriter's shapes) with the train state as
 one; the plan's peak is the larger program's.
@@ -55,6 +55,7 @@ import optax  # noqa: E402
 
 from coop_jax import config as config_lib, kernels, models, parallel  # noqa: E402
 from coop_jax.trainer import cooper  # noqa: E402
+from coop_jax.hf import build as build_lib  # noqa: E402
 from coop_jax.models import lora  # noqa: E402
 from coop_jax.trainer.batch import TrainBatch  # noqa: E402
 from coop_jax.trainer.step import StepConfig, init_state, jit_step  # noqa: E402
@@ -128,8 +129,8 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
     from coop_jax.trainer import loop as train  # the trainer's own builders (heavy imports: only here)
 
     def model(section, **kw):
-        cfg = config_lib.model_config(section, **kw).replace(
-            remat=remat, scan_layers=scan, lora=config_lib.lora_config(section))
+        cfg = build_lib.model_config(section, **kw).replace(
+            remat=remat, scan_layers=scan, lora=build_lib.lora_config(section))
         return cfg.replace(num_layers=layers) if layers else cfg
 
     cfg = train.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
@@ -200,17 +201,17 @@ def abstract_batch(config, mesh=None) -> TrainBatch:
 def assistant_model(config, scan: bool) -> tuple[str, models.ModelConfig]:
     """(architecture name, ModelConfig) of the config's local rewrite assistant
     (`cooper.assistant_hf_path`) as `cooper.make_rewriter` loads it: the architecture its path
-    names, parameters and activations in `cooper.local_assistant_settings`' dtype, layers
+    names, parameters and activations in `cooper.AssistantSettings`' dtype, layers
     scanned with the policy's (`scan`)."""
     path = config.cooper.assistant_hf_path
     if not path or config.cooper.assistant_url:
         raise ValueError("the config has no local rewrite assistant (cooper.assistant_hf_path "
                          "unset, or cooper.assistant_url set)")
     name = _arch_name(path, "cooper.assistant_hf_path")
-    dtype = cooper.local_assistant_settings(config)["dtype"]
+    dtype = cooper.AssistantSettings.from_config(config).local["dtype"]
     section = config_lib.model_section(**ARCHS[name])
     section.update(param_dtype=dtype, dtype=dtype)
-    return name, config_lib.model_config(section).replace(scan_layers=scan)
+    return name, build_lib.model_config(section).replace(scan_layers=scan)
 
 
 def abstract_params(mcfg: models.ModelConfig, mesh):
@@ -246,13 +247,13 @@ def _compile(fn, *args) -> dict:
 
 def rewrite_program(config, acfg: models.ModelConfig, mesh, kernel_impl: str, num_processes: int):
     """(sampler, prompt ShapeDtypeStructs, settings) of one rewrite call of the local assistant
-    as `cooper.make_rewriter` runs it on `mesh`: `local_assistant_settings`' prompt and response
+    as `cooper.make_rewriter` runs it on `mesh`: `AssistantSettings.local`' prompt and response
     lengths, `sampling.chat.rows_per_process` rows from each process, the sampler's kernels
     `kernel_impl` ("auto", as `local_chat` samples, is resolved for TPU on the mesh: what a TPU
     host resolves it to; settings["kernel_impl"] names the result once traced)."""
     from coop_jax.sampling.chat import rows_per_process
     from coop_jax.sampling.sampler import SamplingConfig, generate
-    settings = cooper.local_assistant_settings(config)
+    settings = cooper.AssistantSettings.from_config(config).local
     rows = num_processes * rows_per_process(mesh, num_processes, settings["batch_size"])
     p = settings["max_prompt_len"]
     rows_sharding = parallel.host.row_sharding(mesh, (rows, p))

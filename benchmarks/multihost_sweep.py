@@ -38,7 +38,7 @@ def warm_policy(tmp: pathlib.Path, env: dict) -> str:
                         "--config.train.steps=1", "--config.eval.k=1",
                         "--config.data.num_eval=8"], env=env, check=True,
                        capture_output=True)
-        subprocess.run([sys.executable, "-m", "coop_jax.hf.export", f"--checkpoint={tmp / 'sft'}",
+        subprocess.run([sys.executable, "-m", "coop_jax.checkpoint.export", f"--checkpoint={tmp / 'sft'}",
                         "--step=0", f"--out={out}"], env=env, check=True, capture_output=True)
     return str(out)
 

@@ -46,7 +46,7 @@ def main() -> None:
                          f"fewer than --n={a.n}")
     rng = np.random.default_rng(a.seed)
     picked = [positives[i] for i in rng.choice(len(positives), a.n, replace=False)]
-    rewriter = cooper.make_rewriter(config)
+    rewriter = cooper.make_rewriter(cooper.AssistantSettings.from_config(config))
     rows, seconds = [], []
     with RuleVerifier(config.verifier.num_workers, config.verifier.timeout_s) as verifier:
         for start in range(0, a.n, a.batch):

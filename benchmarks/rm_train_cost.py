@@ -28,7 +28,7 @@ def measure(layers: int, steps: int, num_train: int) -> dict:
     import numpy as np
 
     from coop_jax.config import load_config_file
-    from coop_jax.rm.input import rm_input_format
+    from coop_jax.rm.input import RMInputFormat
     from coop_jax.rm.train.loop import build_state
 
     config = load_config_file(os.path.join(ROOT, "configs", "smollm2_arithmetic.py"))
@@ -36,7 +36,7 @@ def measure(layers: int, steps: int, num_train: int) -> dict:
     config.rm_train.mode = "train"
     opts = config.rm_train
     setup = build_state(config, opts, num_train)
-    length = rm_input_format(config).max_len
+    length = RMInputFormat.from_config(config).max_len
     rng = np.random.default_rng(0)
     batch = {"tokens": rng.integers(0, 49152, (opts.batch_size, length), dtype=np.int32),
              "mask": np.ones((opts.batch_size, length), np.int32),

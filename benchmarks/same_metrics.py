@@ -46,6 +46,9 @@ def run_case(case: str, tree: str, module: str, workdir: str) -> dict:
     cmd = _command(case, module, workdir)
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
     env.pop("XLA_FLAGS", None)
+    if os.path.exists(workdir):  # a kept run would be resumed, not run again
+        raise SystemExit(f"{workdir} exists: give a new --workdir")
+    os.makedirs(os.path.dirname(workdir), exist_ok=True)
     t0 = time.time()
     with open(workdir + ".log", "w") as log:
         rc = subprocess.run(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
@@ -65,14 +68,17 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def differences(before: list[dict], after: list[dict]) -> tuple[int, list[str]]:
-    """(values compared, one line per difference)."""
+def differences(before: list[dict], after: list[dict], added: frozenset = frozenset()
+                ) -> tuple[int, list[str]]:
+    """(values compared, one line per difference); `added`: metrics the after tree newly logs,
+    left out of the comparison (any other key in one tree only is a difference)."""
     if [r.get("step") for r in before] != [r.get("step") for r in after]:
         return 0, [f"steps differ: {[r.get('step') for r in before]} vs "
                    f"{[r.get('step') for r in after]}"]
     compared, diffs = 0, []
     for ra, rb in zip(before, after):
-        keys = {k for k in ra.keys() | rb.keys() if not any(t in k for t in TIMING)}
+        keys = {k for k in ra.keys() | rb.keys()
+                if not any(t in k for t in TIMING) and not (k in added and k not in ra)}
         for k in sorted(keys):
             compared += 1
             if k not in ra or k not in rb:
@@ -92,6 +98,8 @@ def main(argv=None) -> dict:
     p.add_argument("--workdir", default="/tmp/same_metrics")
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--out", default="", help="write the comparison here as JSON")
+    p.add_argument("--added", default="", help="comma-separated metrics only the after tree "
+                   "logs (new diagnostics), left out of the comparison")
     a = p.parse_args(argv)
     report = {}
     for case in a.cases.split(","):
@@ -103,8 +111,11 @@ def main(argv=None) -> dict:
             workdir = os.path.join(os.path.abspath(a.workdir), f"{case}_{side}")
             runs[side] = run_case(case, tree, module, workdir)
             runs[side]["rows"] = _rows(workdir)
-        compared, diffs = differences(runs["before"].pop("rows"), runs["after"].pop("rows"))
-        report[case] = {"values_compared": compared, "differences": diffs, **runs}
+        added = frozenset(k for k in a.added.split(",") if k)
+        compared, diffs = differences(runs["before"].pop("rows"), runs["after"].pop("rows"),
+                                      added)
+        report[case] = {"values_compared": compared, "differences": diffs,
+                        "added_metrics": sorted(added), **runs}
         print(f"{case}: {compared} values compared, {len(diffs)} differ", flush=True)
         for d in diffs[:20]:
             print("   ", d)

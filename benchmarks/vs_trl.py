@@ -119,14 +119,14 @@ def trl_worker(a) -> None:
 
     from coop_jax.config import load_config_file
     from coop_jax.hf.sources import local_folder
-    from coop_jax.trainer.rewards import extraction_mode
+    from coop_jax.trainer.loop import run_extraction_mode
     from coop_jax.verify import verify
     torch.set_num_threads(a.threads)
     c = load_config_file(a.config)
     if not c.data.chat_template or c.model.lora.rank <= 0:
         raise SystemExit("vs_trl compares chat-template prompts and a LoRA policy")
     g, b = c.rollout.group_size, c.rollout.prompts_per_step
-    extraction = extraction_mode(c)
+    extraction = run_extraction_mode(c)
     folder = local_folder(c.model.hf_path)
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)

@@ -22,7 +22,7 @@ MOVED = {  # old -> new; a package's submodules follow it
     "coop_jax.sft": "coop_jax.trainer.sft",
     "coop_jax.probes": "coop_jax.trainer.probes",
     "coop_jax.build": "coop_jax.hf.build",
-    "coop_jax.export": "coop_jax.hf.export",
+    "coop_jax.export": "coop_jax.checkpoint.export",
     "coop_jax.rm_input": "coop_jax.rm.input",
     "coop_jax.rm_scoring": "coop_jax.rm.scoring",
     "coop_jax.rm_train": "coop_jax.rm.train",
@@ -40,6 +40,8 @@ MOVED = {  # old -> new; a package's submodules follow it
     "coop_jax.experiments.real_model_report": "coop_jax.projects.real_model.report",
     "coop_jax.experiments.real_verifyrm": "coop_jax.projects.real_model.verifyrm",
     "coop_jax.experiments": "coop_jax.projects",
+    "coop_jax.models.tokenizer": "coop_jax.hf.tokenizer",
+    "coop_jax.hf.export": "coop_jax.checkpoint.export",
 }
 
 

@@ -5,8 +5,8 @@ impossible settings of the schema with a message naming the field and the allowe
 names of the lower layers' registries (datasets, templates, RL options, kernels, schedules) are
 checked here, and the training registries check their own fields (`rewards.validate_config`,
 `cooper.validate_config`, called by `train.validate_config`). This module imports no training
-code, so evaluation can read configs without it. `model_config(config.model)` turns a model
-section into a `ModelConfig`. `FIELD_DOCS` / `field_doc` describe every field in one line (what
+code, so evaluation can read configs without it (`hf.build.model_config(config.model)` turns a
+model section into a `ModelConfig`). `FIELD_DOCS` / `field_doc` describe every field in one line (what
 the console scripts' `--print_config` shows).
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ import ml_collections
 from ml_collections.config_dict import placeholder
 
 from coop_jax import data, kernels, rl
-from coop_jax.models.config import DTYPES, ModelConfig
+from coop_jax.models.config import DTYPES
 from coop_jax.models.families import MODEL_FAMILIES
-from coop_jax.models.lora import TARGETS as LORA_TARGETS, LoraConfig
+from coop_jax.models.lora import TARGETS as LORA_TARGETS
 from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
 from coop_jax.registry import Registry, chosen_by
 from coop_jax.rm.input import QUESTION_FORMATS, TRUNCATIONS
@@ -25,6 +25,7 @@ from coop_jax.verify import EXTRACTION_MODES
 
 NAN_POLICIES = ("error", "skip")
 EVAL_HEADLINES = ("avg_at_k", "greedy")
+ROLLOUT_ENGINES = ("static", "continuous")
 # coop-train-rm's `rm_train` section
 RM_TRAIN_MODES = Registry("rm_train.mode", {
     "build_triples": "sample a policy; label the completions by the rule verifier (and a judge)",
@@ -66,15 +67,6 @@ def model_section(**overrides) -> ml_collections.ConfigDict:
     return section
 
 
-def lora_config(section) -> LoraConfig | None:
-    """The `LoraConfig` of a model section's `lora` sub-section; None when its rank is 0."""
-    lora = section.lora
-    if not lora.rank:
-        return None
-    return LoraConfig(rank=lora.rank, alpha=float(lora.alpha), dropout=lora.dropout,
-                      targets=lora.targets)
-
-
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
@@ -102,7 +94,7 @@ def base_config() -> ml_collections.ConfigDict:
     # before update t-1, prepared on the host (decode, verify, pairs) while the device updates
     c.rollout = ml_collections.ConfigDict(dict(
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
-        top_p=1.0, overlap=False))
+        top_p=1.0, overlap=False, engine="static", slots=0))  # engine, slots: FIELD_DOCS
 
     # clip_ratio_c: dual-clip PPO's bound on negative-advantage tokens; unset: 3.0 for the
     # token-level PPO loss, as the references always apply it there, and none for GSPO or CISPO
@@ -326,6 +318,9 @@ FIELD_DOCS: dict[str, str] = {
     "rollout.top_k": "top-k sampling (0: off)",
     "rollout.top_p": "nucleus sampling threshold (1: off)",
     "rollout.overlap": "one-step off-policy: sample step t+1 while step t updates",
+    "rollout.engine": "static (all rows in lock step) | continuous (decode slots refilled as "
+                      "rows finish: sampling.engine)",
+    "rollout.slots": "continuous engine: decode slots (0: one per row of the step)",
     "rl.advantage": "advantage estimator",
     "rl.aggregation": "how token losses are averaged into the loss",
     "rl.clip_eps_low": "PPO ratio clip below 1 (1 - eps)",
@@ -550,6 +545,8 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if not 0 < c.rollout.top_p <= 1:
         raise ValueError(f"config.rollout.top_p must be in (0, 1], got {c.rollout.top_p}")
     _positive(c.rollout.top_k, "rollout.top_k", allow_zero=True)
+    _one_of(c.rollout.engine, ROLLOUT_ENGINES, "rollout.engine")
+    _positive(c.rollout.slots, "rollout.slots", allow_zero=True)
     _one_of(c.rl.advantage, tuple(rl.ADVANTAGES), "rl.advantage")
     _one_of(c.rl.aggregation, tuple(rl.AGGREGATIONS), "rl.aggregation")
     _one_of(c.rl.kl_estimator, tuple(rl.KL_ESTIMATORS), "rl.kl_estimator")
@@ -637,21 +634,6 @@ def resolve_mesh_shape(shape, device_count: int) -> tuple[int, int, int]:
         raise ValueError(f"config.mesh.shape {tuple(shape)} needs {shape[0] * shape[1] * shape[2]} "
                          f"devices but there are {device_count}")
     return tuple(shape)
-
-
-def model_config(section: ml_collections.ConfigDict, vocab_size: int | None = None,
-                 num_labels: int = 0) -> ModelConfig:
-    """`ModelConfig` from an architecture section (not for `hf_path` sections)."""
-    return ModelConfig(
-        vocab_size=vocab_size or section.vocab_size, hidden_size=section.hidden_size,
-        intermediate_size=section.intermediate_size, num_layers=section.num_layers,
-        num_heads=section.num_heads, num_kv_heads=section.num_kv_heads,
-        head_dim=section.head_dim or None, rope_theta=section.rope_theta,
-        rms_norm_eps=section.rms_norm_eps, qkv_bias=section.qkv_bias,
-        tie_embeddings=section.tie_embeddings and num_labels == 0,
-        max_position_embeddings=section.max_position_embeddings, num_labels=num_labels,
-        family=section.family, param_dtype=section.param_dtype, dtype=section.dtype,
-        remat=section.remat, scan_layers=section.scan_layers)
 
 
 def load_config_file(path: str) -> ml_collections.ConfigDict:

@@ -223,43 +223,6 @@ def usage_errors() -> Iterator[None]:
         raise UsageError(one_line(e)) from e
 
 
-def check_data_files(field: str, dataset: str | None, data_dir: str | None,
-                     splits: Mapping[str, str]) -> None:
-    """UsageError when `data_dir` is given but has no file of a split (`splits`: the field that
-    names it -> split) of the file dataset `dataset` (None: not known yet; only the folder is
-    checked). No data_dir, the synthetic task and unknown names pass: whether a dataset needs a
-    folder is for the config's validation and the loader to say."""
-    from coop_jax.data import sources
-
-    if not data_dir or (dataset is not None and dataset not in sources.FILE_SPLITS):
-        return
-    if not os.path.isdir(data_dir):
-        raise UsageError(f"{field}={data_dir!r}: no such folder")
-    for split_field, split in splits.items() if dataset else ():
-        allowed = sources.FILE_SPLITS[dataset]
-        if split not in allowed:
-            raise UsageError(f"{split_field}={split!r}: {dataset} has the splits {list(allowed)}")
-        try:
-            sources.resolve_split_file(dataset, split, data_dir)
-        except FileNotFoundError:
-            raise UsageError(f"{field}={data_dir!r} has no {dataset} {split!r} split (neither "
-                             f"{split}.jsonl nor {dataset}/{split}.jsonl)") from None
-
-
-def check_model_path(field: str, path: str, *, tokenizer: bool = False) -> None:
-    """UsageError unless `path` ("" passes) is a model folder (with config.json; any folder for a
-    `tokenizer`), an existing .gguf file or a Hugging Face Hub id (fetched later)."""
-    from coop_jax.hf.sources import is_gguf, is_hub_id
-
-    if not path or is_hub_id(path) or (os.path.isfile(path) and is_gguf(path)):
-        return
-    if not os.path.isdir(path):
-        raise UsageError(f"{field}={path!r}: no such folder or .gguf file, and not a Hub id "
-                         "(owner/name)")
-    if not tokenizer and not os.path.isfile(os.path.join(path, "config.json")):
-        raise UsageError(f"{field}={path!r}: the folder has no config.json")
-
-
 def check_file(field: str, path: str) -> None:
     """UsageError when `path` is given but is not a file."""
     if path and not os.path.isfile(path):

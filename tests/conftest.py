@@ -95,6 +95,53 @@ def tiny_model_config(**overrides):
     return ModelConfig(**(fields | overrides))
 
 
+def sharp_params(cfg):
+    """N(0, 0.2) weights (norm weights 1), ten times the model's init: sharp attention, so
+    positions and cache contents matter, and logits ~ N(0, 1) with clear greedy margins (the
+    sampler tests' model)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from coop_jax import models
+    rng = np.random.default_rng(0)
+    init = lambda path, x: (np.ones(x.shape, np.float32) if path[-1].key == "weight" else
+                            rng.normal(0.0, 0.2, x.shape).astype(np.float32))
+    p = jax.tree_util.tree_map_with_path(init, nn.meta.unbox(models.abstract_params(cfg)))
+    return jax.tree_util.tree_map(jnp.asarray, p)
+
+
+def left_padded_prompts(lengths, width: int, vocab_size: int, pad: int):
+    """Left-padded prompts [len(lengths), width] of the given lengths, tokens in [2, vocab)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    mask = np.zeros((len(lengths), width), bool)
+    for row, length in enumerate(lengths):
+        mask[row, width - length:] = True
+    tokens = np.where(mask, rng.integers(2, vocab_size, mask.shape), pad).astype(np.int32)
+    return tokens, mask
+
+
+def check_rollout_structure(r, eos_ids, pad: int) -> None:
+    """A sampler's `Rollouts`: lengths / mask / truncated / padding agree with the tokens, and
+    log-probs (and entropies) are 0 after the stop token."""
+    import numpy as np
+    rows, n = r.tokens.shape
+    assert r.mask.shape == r.logprobs.shape == (rows, n)
+    assert r.lengths.shape == r.truncated.shape == (rows,)
+    is_eos = np.isin(r.tokens, eos_ids)
+    for row in range(rows):
+        stops = np.flatnonzero(is_eos[row])
+        length = stops[0] + 1 if stops.size else n
+        assert r.lengths[row] == length, row
+        assert r.truncated[row] == (stops.size == 0), row
+        np.testing.assert_array_equal(r.mask[row], np.arange(n) < length)  # the stop included
+        assert (r.tokens[row, length:] == pad).all(), row
+        assert (r.logprobs[row, length:] == 0).all(), row
+        assert r.entropy is None or (r.entropy[row, length:] == 0).all(), row
+
+
 def repo_module(relative_path: str, name: str):
     """A repository file that is not in a package (configs/, benchmarks/), loaded as a module."""
     import importlib.util
@@ -119,7 +166,7 @@ def save_tiny_hf_causal_lm(path: pathlib.Path, max_position_embeddings: int = 51
     import torch
     import transformers
 
-    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR
+    from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR
     torch.manual_seed(0)
     cfg = transformers.Qwen2Config(vocab_size=128, hidden_size=32, intermediate_size=64,
                                    num_hidden_layers=1, num_attention_heads=2,

@@ -76,3 +76,7 @@ def test_same_metrics_compares_every_non_timing_value():
     compared, diffs = same.differences(a, b)
     assert diffs == ["step 0: loss 0.5 vs 0.500000000001", "step 1: extra only in after"]
     assert same.differences(a, b[:1])[1][0].startswith("steps differ")
+    # a metric the new tree adds may be declared: it is then left out, anything else still counts
+    assert same.differences(a, b, frozenset({"extra"}))[1] == [
+        "step 0: loss 0.5 vs 0.500000000001"]
+    assert same.differences(b, a, frozenset({"extra"}))[1][-1] == "step 1: extra only in before"

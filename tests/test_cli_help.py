@@ -10,7 +10,7 @@ import pytest
 
 from coop_jax import config as config_lib
 from coop_jax import console
-from coop_jax.hf import export
+from coop_jax.checkpoint import export
 from coop_jax.trainer import loop as train
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli

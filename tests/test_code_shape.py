@@ -40,3 +40,59 @@ def test_free_functions_do_not_assign_to_their_arguments(module):
                         and t.value.id in args:
                     bad.append(f"{fn.name}: {t.value.id}.{t.attr} =")
     assert not bad, bad
+
+
+# The modules that read the whole config: the entry points (each command's setup), the shared
+# infrastructure that defines and checks it, and the research projects. Every stage below them
+# gets typed, frozen settings built once there (`<Settings>.from_config`).
+READS_THE_CONFIG = {"config.py", "console.py", "registry.py", "trainer/loop.py",
+                    "rm/train/loop.py", "rm/train/cli.py", "eval/cli.py", "data/rephrase.py"}
+CONFIG_NAMES = {"config", "c"}
+
+
+def _below_the_entry_points():
+    for p in SOURCES:
+        rel = p.relative_to(PACKAGE).as_posix()
+        if rel not in READS_THE_CONFIG and not rel.startswith("projects/"):
+            yield rel, ast.parse(p.read_text())
+
+
+def _builds_settings(fn) -> bool:
+    """A settings builder (`from_config`) or a check of the config at start (`validate...`)."""
+    return fn.name.endswith("from_config") or fn.name.startswith("validate")
+
+
+def _untyped(annotation) -> bool:
+    return annotation is None or ast.unparse(annotation) in {"Any", "ml_collections.ConfigDict",
+                                                           "ConfigDict"}
+
+
+def test_no_function_below_the_entry_points_takes_the_whole_config():
+    """A parameter or field named `config` / `c` without a type (or typed as the ConfigDict) is
+    the whole config; below the entry points only settings builders and start checks take it."""
+    bad = []
+    for rel, tree in _below_the_entry_points():
+        for fn in _functions(tree):
+            args = fn.args.args + fn.args.kwonlyargs
+            bad += [f"{rel}:{fn.lineno} {fn.name}({a.arg})" for a in args
+                    if a.arg in CONFIG_NAMES and _untyped(a.annotation)
+                    and not _builds_settings(fn)]
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            bad += [f"{rel}:{f.lineno} {cls.name}.{f.target.id}" for f in cls.body
+                    if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name)
+                    and f.target.id in CONFIG_NAMES and _untyped(f.annotation)]
+    assert not bad, bad
+
+
+def test_settings_are_built_only_by_the_entry_points():
+    """`from_config` is called where the config is read (the entry points, the projects), or by
+    another builder (a stage's settings holding a sub-stage's)."""
+    bad = []
+    for rel, tree in _below_the_entry_points():
+        for fn in _functions(tree):
+            if _builds_settings(fn):
+                continue
+            bad += [f"{rel}:{node.lineno} in {fn.name}" for node in ast.walk(fn)
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr.endswith("from_config")]
+    assert not bad, bad

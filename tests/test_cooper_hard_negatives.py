@@ -13,8 +13,7 @@ from conftest import repo_config
 
 from coop_jax import parallel
 from coop_jax.trainer import cooper, loop as train
-from coop_jax.trainer.batch import PairBatch, RMInputs
-from coop_jax.trainer.step import resolve_pairs
+from coop_jax.rm.step import RMInputs, resolve_pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 G, K = 4, 2

@@ -10,7 +10,7 @@ from fake_openai import FakeOpenAI
 
 from coop_jax.trainer import cooper, rewards
 from coop_jax import data
-from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.hf.tokenizer import load_tokenizer
 from coop_jax.rm.input import RMInputFormat, format_rm_input, tokenize_rm_inputs
 from coop_jax.verify import RuleVerifier
 
@@ -261,6 +261,18 @@ def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifi
         cooper.NEGATIVE_STRATEGIES.unregister("_test_echo")
     with pytest.raises(ValueError, match="cooper.negative='nope' is not one of"):
         cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)
+
+
+def test_all_wrong_group_metrics_by_hand():
+    """G = 2, three groups: labels (1, 0), (0, 0), (0, 0): two of three groups hold no correct
+    rollout; their advantages (0.5, -0.5) and (1, -3) have mean |advantage| (0.5+0.5+1+3)/4."""
+    from coop_jax.trainer.rollouts import all_wrong_group_metrics
+    labels = np.array([1, 0, 0, 0, 0, 0], np.float32)
+    m = all_wrong_group_metrics(labels, np.array([9.0, -9.0, 0.5, -0.5, 1.0, -3.0]), 2)
+    assert m == {"all_wrong_group_fraction": pytest.approx(2 / 3),
+                 "all_wrong_advantage_abs_mean": pytest.approx(1.25)}
+    none = all_wrong_group_metrics(np.ones(4), np.zeros(4), 2)
+    assert none == {"all_wrong_group_fraction": 0.0, "all_wrong_advantage_abs_mean": None}
 
 
 def test_rm_label_metrics_by_hand():

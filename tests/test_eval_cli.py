@@ -14,7 +14,7 @@ import transformers  # noqa: E402
 
 from conftest import save_tiny_policy  # noqa: E402
 from coop_jax.eval import cli, report  # noqa: E402
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402
+from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer  # noqa: E402
 from coop_jax.rm.input import RMInputFormat  # noqa: E402
 
 COMMON = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -9,7 +9,7 @@ from coop_jax import models, sampling
 from coop_jax.rm import scoring as rm_scoring
 from coop_jax.data import format_prompt, load_split
 from coop_jax.eval import evaluate as ev
-from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.hf.tokenizer import load_tokenizer
 from coop_jax.rm.input import RMInputFormat
 from coop_jax.verify import RuleVerifier
 

@@ -23,22 +23,30 @@ def counting():
     evaluators.EVALUATORS.unregister("count")
 
 
+def _context(c) -> evaluators.EvalContext:
+    """A context of config `c`'s evaluation settings and no models."""
+    return evaluators.EvalContext(evaluators.EvalSettings.from_config(c), None, None, None, [],
+                                  None, {})
+
+
 def test_each_listed_evaluator_runs_at_start_every_n_steps_and_after_the_last(counting):
     c = repo_config("tiny_test")
     c.evals, c.train.eval_every = "count", 3
-    due = [done for done in range(8)
-           if evaluators.run_due(None, c, done, last=done == 7)]
+    run = _context(c)
+    due = [done for done in range(8) if evaluators.run_due(run, done, last=done == 7)]
     assert due == [0, 3, 6, 7] and len(counting) == 4
     c.train.eval_every = 0  # no cadence: before RL and after the last step only
-    assert [d for d in range(8) if evaluators.run_due(None, c, d, last=d == 7)] == [0, 7]
+    run = _context(c)
+    assert [d for d in range(8) if evaluators.run_due(run, d, last=d == 7)] == [0, 7]
     c.evals = ""
-    assert evaluators.run_due(None, c, 0, last=False) == {}
+    assert evaluators.run_due(_context(c), 0, last=False) == {}
 
 
 def test_the_default_lists_the_three_evaluations_with_their_cadence_fields():
     c = repo_config("tiny_test")
     c.train.eval_every, c.cooper.heldout_every, c.probes.every = 5, 7, 0
-    assert [(e.name, every) for e, every in evaluators.scheduled(c)] == [
+    schedule = evaluators.EvalSettings.from_config(c).schedule
+    assert [(e.name, every) for e, every in evaluators.scheduled(schedule)] == [
         ("policy", 5), ("rm_heldout", 7), ("probes", 0)]
 
 

@@ -194,7 +194,7 @@ def test_hub_id_through_snapshot_download_stub(qwen_dir, monkeypatch, tmp_path):
 
     import huggingface_hub
 
-    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+    from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 
     snap = tmp_path / "snapshot"
     shutil.copytree(qwen_dir, snap)
@@ -236,7 +236,7 @@ def test_stop_tokens_one_definition(tmp_path):
     from tokenizers import Tokenizer, models as tok_models
 
     from coop_jax import eval as eval_lib
-    from coop_jax.models import tokenizer as tok_lib
+    from coop_jax.hf import tokenizer as tok_lib
 
     vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2, "a": 3, "<|eot_id|>": 4}
     Tokenizer(tok_models.WordLevel(vocab, unk_token="<|endoftext|>")).save(

@@ -1,6 +1,7 @@
 """The package's import graph: no cycles, and dependencies that point one way.
 
-Layers, lowest first: models / kernels / parallel / hf  <-  sampling  <-  rl, verify, data
+Layers, lowest first: kernels  <-  models  <-  parallel  <-  hf  <-  checkpoint  <-  sampling  <-
+rl, verify, data
 <-  rm (input format, scoring), stats (shared by both sides)  <-  rm.train (VerifyRM training)
 <-  trainer (the policy trainer: loop, step, batch, rollouts, rewards, cooper, sft, probes) and
 eval  <-  projects (research code: nothing in the library imports it). The process launchers
@@ -76,13 +77,13 @@ def test_the_graph_was_read():
     assert "coop_jax.trainer.rewards" in GRAPH["coop_jax.trainer.loop"]
 
 
-def test_no_import_cycles():
+def _cycles(graph: dict) -> list[list[str]]:
     state, stack, cycles = {}, [], []
 
     def visit(node):
         state[node] = "open"
         stack.append(node)
-        for dep in sorted(GRAPH[node]):
+        for dep in sorted(graph.get(node, ())):
             if state.get(dep) == "open":
                 cycles.append(stack[stack.index(dep):] + [dep])
             elif dep not in state:
@@ -90,10 +91,27 @@ def test_no_import_cycles():
         stack.pop()
         state[node] = "done"
 
-    for node in sorted(GRAPH):
+    for node in sorted(graph):
         if node not in state:
             visit(node)
+    return cycles
+
+
+def test_no_import_cycles():
+    cycles = _cycles(GRAPH)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_cycles_between_packages():
+    """Packages (and the shared top-level modules) form layers: no two depend on each other,
+    even through a third (the tokenizer loader lives in hf, the logical sharding rules in
+    coop_jax.sharding_rules, coop-export in checkpoint, the path checks beside what they check)."""
+    packages = {}
+    for m, deps in GRAPH.items():
+        packages.setdefault(_component(m), set()).update(
+            _component(d) for d in deps if _component(d) != _component(m))
+    cycles = _cycles(packages)
+    assert not cycles, "package cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
 @pytest.mark.parametrize("component", sorted(FORBIDDEN))
@@ -148,7 +166,7 @@ def test_nothing_imports_the_eval_cli():
 # evaluation and the projects use each); everything else lives in a package named for its role
 SHARED_INFRASTRUCTURE = {"coop_jax", "coop_jax.registry", "coop_jax.config", "coop_jax.console",
                          "coop_jax.jsonl", "coop_jax.stats", "coop_jax.optim",
-                         "coop_jax.metrics_writer"}
+                         "coop_jax.metrics_writer", "coop_jax.sharding_rules"}
 
 
 def test_only_shared_infrastructure_sits_at_the_top():
@@ -157,9 +175,17 @@ def test_only_shared_infrastructure_sits_at_the_top():
 
 
 def test_the_reward_model_is_one_package():
-    """Its input format, scoring, loading and training; nothing RM-named outside it."""
-    assert {"coop_jax.rm.input", "coop_jax.rm.scoring", "coop_jax.rm.load",
+    """Its input format, scoring, loading, training and its half of the compiled step; nothing
+    RM-named outside it, and the step's RM functions defined only there."""
+    assert {"coop_jax.rm.input", "coop_jax.rm.scoring", "coop_jax.rm.load", "coop_jax.rm.step",
             "coop_jax.rm.train.loop"} <= set(MODULES)
     outside = {m for m in MODULES if _component(m) not in ("rm", "rm.train", "projects")
                and m.rsplit(".", 1)[-1].startswith("rm")}
     assert outside == set()
+    rm_half = {"rm_rewards", "bradley_terry_loss", "resolve_pairs", "PairBatch", "RMInputs",
+               "RMUpdate"}
+    defined_elsewhere = {(m, node.name) for m, path in MODULES.items() if m != "coop_jax.rm.step"
+                         for node in ast.parse(path.read_text(encoding="utf-8")).body
+                         if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+                         and node.name in rm_half}
+    assert defined_elsewhere == set()

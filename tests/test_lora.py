@@ -13,11 +13,13 @@ import pytest
 
 from conftest import repo_config, repo_module, save_tiny_hf_causal_lm, tiny_model_config
 from coop_jax import checkpoint, config as config_lib, models, parallel
-from coop_jax.hf import export
+from coop_jax.checkpoint import export
 from coop_jax.trainer import loop as train
+from coop_jax.hf import build
 from coop_jax.hf.build import add_adapters
 from coop_jax.models import lora
-from coop_jax.trainer.step import RMUpdate, StepConfig, init_state, jit_step, place_state
+from coop_jax.rm.step import RMUpdate
+from coop_jax.trainer.step import StepConfig, init_state, jit_step, place_state
 from test_train_step import G, LOSS, RM_REWARD, RM_TX, TX, _batch
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
@@ -263,9 +265,9 @@ def test_lora_config_validation():
     bad.reward.type, bad.reward_model.lora.rank = "static_rm", 4
     with pytest.raises(ValueError, match="reward_model.lora.rank must be 0"):
         train.validate_config(bad)
-    assert config_lib.lora_config(c.model) is None
+    assert build.lora_config(c.model) is None
     c.model.lora.update(rank=8, targets="q_proj, v_proj")
-    assert config_lib.lora_config(c.model) == lora.LoraConfig(8, 32.0, 0.0, ("q_proj", "v_proj"))
+    assert build.lora_config(c.model) == lora.LoraConfig(8, 32.0, 0.0, ("q_proj", "v_proj"))
     with pytest.raises(ValueError, match="LoraConfig.dropout"):
         lora.LoraConfig(4, dropout=0.1)
 

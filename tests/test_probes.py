@@ -38,7 +38,8 @@ def test_a_pattern_the_rm_scores_high_is_counted(monkeypatch):
     monkeypatch.setattr(probes, "policy_logp", lambda *a, **k: np.full(len(made), -1.0))
     monkeypatch.setattr(probes, "score_triples", lambda *a, **k: np.array(
         [3.0 if p["pattern"] == "praise_opener" else -3.0 for p in made]))
-    m = probes.probe_metrics(made, (None, None, None), (None, None, None, None), config)
+    m = probes.probe_metrics(made, (None, None, None), (None, None, None, None),
+                            probes.ProbeSettings.from_config(config))
     assert m["probe/praise_opener/rm_false_accept"] == 1.0
     assert m["probe/empty/rm_false_accept"] == 0.0
     assert m["probe/rm_false_accept"] == pytest.approx(1 / len(hack_probes.PATTERNS))

@@ -19,7 +19,7 @@ import torch
 import transformers
 
 from coop_jax import data, hf, sampling
-from coop_jax.models.tokenizer import load_tokenizer, stop_token_ids
+from coop_jax.hf.tokenizer import load_tokenizer, stop_token_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "smollm2_arithmetic.py")
@@ -180,7 +180,7 @@ def test_coop_export_reloads_in_transformers_with_identical_logits(rule_run, smo
     from coop_jax import checkpoint, models
 
     out = tmp_path / "export"
-    _run(["coop_jax.hf.export", f"--checkpoint={rule_run}", f"--out={out}"], smol)
+    _run(["coop_jax.checkpoint.export", f"--checkpoint={rule_run}", f"--out={out}"], smol)
     cfg, params, _ = checkpoint.load_model(str(rule_run), "policy")
     tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, 16))
     ours = np.asarray(models.lm_logits(params, cfg, tokens))

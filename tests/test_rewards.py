@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from coop_jax import config
-from coop_jax.trainer import rewards
+from coop_jax.trainer import loop as train, rewards
 from coop_jax.registry import Options
 
 
@@ -143,17 +143,22 @@ def test_host_rewards_of_the_label_free_sources():
 
 
 def test_ema_teacher_update_hook():
+    """The hook reads its decay from the reward type's declared options (corewarding.*, and
+    train.steps when decay_steps is 0)."""
     import jax.numpy as jnp
-    from ml_collections import ConfigDict
 
     from coop_jax.optim import ModelState
     from coop_jax.trainer.step import TrainState
 
-    config = ConfigDict({"corewarding": {"a_start": 0.5, "a_end": 0.1, "decay_steps": 0},
-                         "train": {"steps": 4}})
+    c = config.base_config()
+    c.reward.type = "corewarding_2"
+    c.corewarding.update(a_start=0.5, a_end=0.1, decay_steps=0)
+    c.train.steps = 4
+    options = rewards.REWARD_SOURCES.options("corewarding_2", c)
+    assert (options["a_start"], options["a_end"], options["steps"]) == (0.5, 0.1, 4)
     state = TrainState(jnp.zeros((), jnp.int32), ModelState({"w": jnp.ones(3)}, None),
                        ref_params={"w": jnp.zeros(3)})
-    new, metrics = rewards.ema_teacher_update(state, 0, config)
+    new, metrics = rewards.ema_teacher_update(state, 0, options)
     assert metrics == {"teacher_decay": 0.5}
     np.testing.assert_allclose(new.ref_params["w"], 0.5)
     np.testing.assert_allclose(new.policy.params["w"], 1.0)
@@ -168,9 +173,9 @@ def test_extraction_defaults_follow_the_references():
                 ("corewarding_1", "synthetic"): "lenient", ("rule", "synthetic"): "lenient"}
     for (reward_type, dataset), mode in expected.items():
         c.reward.type, c.data.dataset = reward_type, dataset
-        assert rewards.extraction_mode(c) == mode, (reward_type, dataset)
+        assert train.run_extraction_mode(c) == mode, (reward_type, dataset)
     c.verifier.extraction = "lenient"   # an explicit mode wins
-    assert rewards.extraction_mode(c) == "lenient"
+    assert train.run_extraction_mode(c) == "lenient"
     for mode in config.EXTRACTION_CHOICES[1:]:
         c.verifier.extraction = mode
         config.validate(c)

@@ -108,7 +108,7 @@ def test_make_rewriter_loads_the_assistant_in_the_model_sections_dtype(tiny_lm, 
 
     monkeypatch.setattr(cooper, "local_chat", spy)
     mesh = _mesh((1, 4, 1))
-    rewrite = cooper.make_rewriter(c, mesh)
+    rewrite = cooper.make_rewriter(cooper.AssistantSettings.from_config(c), mesh)
     assert seen["mesh"] is mesh and seen["dtype"] == "bfloat16" and seen["batch_size"] == 6
     (lm,) = loaded
     assert {x.dtype for x in jax.tree_util.tree_leaves(lm.params)} == {jnp.dtype(jnp.bfloat16)}

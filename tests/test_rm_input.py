@@ -8,8 +8,8 @@ from conftest import repo_config
 from coop_jax.rm import train as rm_train
 from coop_jax.config import base_config, validate
 from coop_jax.data import format_prompt
-from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm.input import (RMInputFormat, format_rm_input, rm_input_format, tokenize_rm_inputs,
+from coop_jax.hf.tokenizer import load_tokenizer
+from coop_jax.rm.input import (RMInputFormat, format_rm_input, tokenize_rm_inputs,
                                trained_input_format)
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
@@ -18,13 +18,13 @@ QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 def test_the_rm_question_is_the_full_user_prompt_by_default():
     c = base_config()
     c.data.prompt_template = "gsm8k"
-    text = rm_input_format(c).text(QUESTION, "7", "3+4=7. #### 7")
+    text = RMInputFormat.from_config(c).text(QUESTION, "7", "3+4=7. #### 7")
     prompt = format_prompt("gsm8k", QUESTION)
     assert prompt != QUESTION and prompt.startswith(QUESTION)
     assert text == format_rm_input(prompt, "7", "3+4=7. #### 7")
     assert 'output the final answer after "####".</question>' in text
     c.reward_model.question_format = "question"
-    assert rm_input_format(c).text(QUESTION, "7", "c") == format_rm_input(QUESTION, "7", "c")
+    assert RMInputFormat.from_config(c).text(QUESTION, "7", "c") == format_rm_input(QUESTION, "7", "c")
 
 
 def test_the_character_cut_applies_unless_switched_off():

@@ -5,13 +5,12 @@ Each `SamplingConfig` is compiled once (`sampling.make` is cached) by a module f
 """
 from __future__ import annotations
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_model_config
+from conftest import check_rollout_structure, left_padded_prompts, sharp_params, tiny_model_config
 from coop_jax import models, parallel, sampling
 from coop_jax.models.logprobs import response_logprobs
 
@@ -37,23 +36,13 @@ def _run(scfg, params, tokens, mask, seed=0) -> sampling.Rollouts:
 
 @pytest.fixture(scope="module")
 def params():
-    # N(0, 0.2) weights (norm weights 1), ten times the model's init: sharp attention, so
-    # positions and cache contents matter, and logits ~ N(0, 1) with clear greedy margins
-    rng = np.random.default_rng(0)
-    init = lambda path, x: (np.ones(x.shape, np.float32) if path[-1].key == "weight" else
-                            rng.normal(0.0, 0.2, x.shape).astype(np.float32))
-    p = jax.tree_util.tree_map_with_path(init, nn.meta.unbox(models.abstract_params(CFG)))
-    return jax.tree_util.tree_map(jnp.asarray, p)
+    return sharp_params(CFG)
 
 
 @pytest.fixture(scope="module")
 def prompts() -> tuple[np.ndarray, np.ndarray]:
     """Left-padded prompts of lengths PROMPT_LENGTHS (tokens in [2, 64))."""
-    rng = np.random.default_rng(0)
-    mask = np.zeros((B, P), bool)
-    for row, length in enumerate(PROMPT_LENGTHS):
-        mask[row, P - length:] = True
-    tokens = np.where(mask, rng.integers(2, CFG.vocab_size, (B, P)), PAD).astype(np.int32)
+    tokens, mask = left_padded_prompts(PROMPT_LENGTHS, P, CFG.vocab_size, PAD)
     return tokens, mask
 
 
@@ -92,22 +81,6 @@ def _naive_greedy(params, tokens, mask, eos_ids, n=N):
         seq[:, p + t], seq_mask[:, p + t] = tok, True
         done |= np.isin(tok, eos_ids)
     return seq[:, p:], gap
-
-
-def _check_structure(r: sampling.Rollouts, eos_ids) -> None:
-    """lengths / mask / truncated / padding agree with the tokens."""
-    rows, n = r.tokens.shape
-    assert r.mask.shape == r.logprobs.shape == (rows, n)
-    assert r.lengths.shape == r.truncated.shape == (rows,)
-    is_eos = np.isin(r.tokens, eos_ids)
-    for row in range(rows):
-        stops = np.flatnonzero(is_eos[row])
-        length = stops[0] + 1 if stops.size else n
-        assert r.lengths[row] == length, row
-        assert r.truncated[row] == (stops.size == 0), row
-        np.testing.assert_array_equal(r.mask[row], np.arange(n) < length)
-        assert (r.tokens[row, length:] == PAD).all(), row
-        assert (r.logprobs[row, length:] == 0).all(), row
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +131,7 @@ def test_left_align_moves_tokens_right():
 @pytest.mark.parametrize("temperature", TEMPS)
 def test_behaviour_logprobs_match_learner(sampled, params, temperature):
     r = sampled[temperature]
-    _check_structure(r, EOS)
+    check_rollout_structure(r, EOS, PAD)
     assert (~r.truncated).any() and r.truncated.any(), "want rows that stop and rows that run on"
     logp, ent = _learner_logprobs(params, CFG, r.prompt_tokens, r.prompt_mask, r.tokens, r.mask,
                                   temperature=temperature, valid_vocab=VALID)
@@ -179,7 +152,7 @@ def test_eos_stops_rows_and_loop_exits_early(eos_run, greedy, params, prompts):
     eos, r = eos_run
     expected, _ = _naive_greedy(params, *prompts, eos)
     np.testing.assert_array_equal(r.tokens, expected)
-    _check_structure(r, eos)
+    check_rollout_structure(r, eos, PAD)
     # rows stop at different steps; tokens before the stop are those of the EOS-free run
     assert r.lengths[0] <= 3 and (r.lengths[1:] <= 2).all() and not r.truncated.any()
     assert len(set(r.lengths.tolist())) > 1
@@ -290,7 +263,7 @@ def test_valid_vocab_is_never_sampled(params, prompts):
 
     r = _run(_sampled_cfg(1.0), boosted, *prompts)
     assert (r.tokens < VALID).all()
-    _check_structure(r, EOS)
+    check_rollout_structure(r, EOS, PAD)
     logp, _ = _learner_logprobs(boosted, CFG, r.prompt_tokens, r.prompt_mask, r.tokens, r.mask,
                                 temperature=1.0, valid_vocab=VALID)
     np.testing.assert_allclose(r.logprobs, np.asarray(logp), atol=1e-4)

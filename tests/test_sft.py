@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from coop_jax.trainer import sft
-from coop_jax.models.tokenizer import load_tokenizer
+from coop_jax.hf.tokenizer import load_tokenizer
 
 
 def test_corrupt_final_answer_changes_only_the_final_answer():

@@ -16,7 +16,7 @@ def _run(code: str) -> str:
 
 
 def test_tokenizer_loads_without_the_torch_notice():
-    quiet = _run("from coop_jax.models.tokenizer import load_tokenizer; n = len(load_tokenizer()); "
+    quiet = _run("from coop_jax.hf.tokenizer import load_tokenizer; n = len(load_tokenizer()); "
                  "import transformers; assert not transformers.is_torch_available(); print(n)")
     assert NOTICE not in quiet and quiet.split()[-1] == "100"
     # the same child without the filter does print it: the check above is not vacuous

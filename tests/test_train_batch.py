@@ -11,7 +11,8 @@ import test_train_step as step_test
 from coop_jax import models
 from coop_jax.trainer.batch import (TrainBatch, bucket_lengths, padding_window, trim_padding,
                                     valid_span)
-from coop_jax.trainer.step import RMUpdate, StepConfig
+from coop_jax.rm.step import RMUpdate
+from coop_jax.trainer.step import StepConfig
 
 
 @pytest.mark.parametrize("full,buckets,expected", [

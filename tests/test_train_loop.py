@@ -60,6 +60,10 @@ def test_every_reward_type_trains(reward_type, tmp_path):
         _check_export(tmp_path)
     if reward_type in ("majority_vote", "corewarding_1", "corewarding_2"):
         assert "pseudo_label_accuracy" in rows[0]
+    if reward_type != "corewarding_1":  # one trained view: each rollout has its rule label
+        assert all(0.0 <= r["all_wrong_group_fraction"] <= 1.0 for r in rows)
+        if reward_type == "rule":  # an all-wrong group's rule rewards are equal: no advantage
+            assert all(r["all_wrong_advantage_abs_mean"] in (None, 0.0) for r in rows)
     assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "curves.png")
 
 
@@ -156,7 +160,7 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
     for step, (batch, params) in enumerate(seen):
         behaviour = seen[max(step - 1, 0)][1]
         out = rollouts.sample_rollouts(trainer.setup, behaviour, None, pipeline.next_batch(),
-                                       rollouts.rollout_key(c, step)).views[0]
+                                       rollouts.rollout_key(c.seed, step)).views[0]
         np.testing.assert_array_equal(batch.tokens, np.asarray(out.tokens))
         np.testing.assert_allclose(batch.behaviour.logprobs, np.asarray(out.logprobs),
                                    atol=1e-6)
@@ -219,7 +223,7 @@ def test_kill9_resume_matches_uninterrupted_run(tmp_path, overlap):
 def _check_export(workdir):
     """coop-export of both models gives HF folders with the checkpoint's outputs."""
     from coop_jax import checkpoint, hf, models
-    from coop_jax.hf import export
+    from coop_jax.checkpoint import export
 
     tokens = np.array([[5, 6, 7, 8, 9]], np.int32)
     for which in ("policy", "rm"):
@@ -229,7 +233,7 @@ def _check_export(workdir):
         assert lm.config.num_labels == (1 if which == "rm" else 0)
         # the exported folder's tokenizer is still the char tokenizer (spaces included), even
         # though its config.json names a Qwen2 model
-        from coop_jax.models.tokenizer import load_tokenizer
+        from coop_jax.hf.tokenizer import load_tokenizer
         text = "9+8 = 17. #### 17"
         assert lm.tokenizer().encode(text) == load_tokenizer().encode(text)
         if which == "rm":
@@ -250,9 +254,9 @@ def test_corewarding_2_dynamic_sampling_applies_the_ema_once_per_step(tmp_path):
     trainer = train.Trainer(c, str(tmp_path))
     calls, draws = [], []
 
-    def hook(state, step, config):
+    def hook(state, step, options):
         calls.append(step)
-        return rewards.ema_teacher_update(state, step, config)
+        return rewards.ema_teacher_update(state, step, options)
 
     def host(x):  # equal rewards in every group: nothing is informative, every draw is taken
         draws.append(1)

@@ -186,7 +186,7 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     from coop_jax import hf
     from coop_jax.checkpoint import load_model
     from coop_jax.eval import cli
-    from coop_jax.models.tokenizer import load_tokenizer
+    from coop_jax.hf.tokenizer import load_tokenizer
     from coop_jax.rm.input import RMInputFormat
     from coop_jax.rm.scoring import score_triples
 

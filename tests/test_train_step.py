@@ -12,8 +12,8 @@ from coop_jax.trainer import step as train_step
 from coop_jax.optim import make_optimizer
 from coop_jax.registry import Options
 from coop_jax.trainer.batch import Behaviour, TrainBatch
-from coop_jax.trainer.step import (RMUpdate, StepConfig, bradley_terry_loss, init_state,
-                                   place_state, rm_rewards, state_shardings)
+from coop_jax.rm.step import RMUpdate, bradley_terry_loss, rm_rewards
+from coop_jax.trainer.step import StepConfig, init_state, place_state, state_shardings
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
                            qkv_bias=True)
@@ -354,7 +354,7 @@ def test_bradley_terry_loss_and_gradient_by_hand(monkeypatch):
     dL/dw = -1/2 [(1 - s(4)) (e1 + e3 - 2 e2) + (1 - s(-1)) (e1 - e3)]
           = [0, -0.3745224, 0.0179862, 0.3565362]  (1 - s(4) = 0.0179862, 1 - s(-1) = 0.7310586).
     The masked third pair (margin -10) counts neither in the loss nor in the mean."""
-    from coop_jax.trainer.batch import PairBatch
+    from coop_jax.rm.step import PairBatch
     monkeypatch.setattr(train_step.models, "reward_scores",
                         lambda params, cfg, tokens, mask: (params["w"][tokens] * mask).sum(-1))
     pairs = PairBatch(pos_tokens=jnp.array([[1, 3], [1, 0], [0, 0]]),

@@ -253,9 +253,9 @@ def validate(c: ml_collections.ConfigDict) -> None:
     if c.temperature < 0 or not 0 < c.top_p <= 1:
         raise UsageError(f"config.temperature must be >= 0 and config.top_p in (0, 1], got "
                          f"{c.temperature} and {c.top_p}")
-    from coop_jax.console import check_data_files, check_model_path
+    from coop_jax.hf.sources import check_model_path
 
-    check_data_files("config.data_dir", c.dataset, c.data_dir, {"config.split": c.split})
+    sources.check_data_files("config.data_dir", c.dataset, c.data_dir, {"config.split": c.split})
     check_model_path("config.hf_path", c.hf_path)
 
 

@@ -13,7 +13,9 @@ import dataclasses
 import logging
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+from absl.app import UsageError
 
 from coop_jax.data import hub
 from coop_jax.data.synthetic import SPLITS as SYNTHETIC_SPLITS
@@ -305,3 +307,24 @@ def load_split(dataset: str, split: str, *, data_dir: str | os.PathLike | None =
     if not records:
         raise ValueError(f"{path}: no valid rows ({stats.rows} rows, skipped {stats.skipped})")
     return records if num_examples is None else records[:num_examples]
+
+
+def check_data_files(field: str, dataset: str | None, data_dir: str | None,
+                     splits: Mapping[str, str]) -> None:
+    """UsageError when `data_dir` is given but has no file of a split (`splits`: the field that
+    names it -> split) of the file dataset `dataset` (None: not known yet; only the folder is
+    checked). No data_dir, the synthetic task and unknown names pass: whether a dataset needs a
+    folder is for the config's validation and the loader to say."""
+    if not data_dir or (dataset is not None and dataset not in FILE_SPLITS):
+        return
+    if not os.path.isdir(data_dir):
+        raise UsageError(f"{field}={data_dir!r}: no such folder")
+    for split_field, split in splits.items() if dataset else ():
+        allowed = FILE_SPLITS[dataset]
+        if split not in allowed:
+            raise UsageError(f"{split_field}={split!r}: {dataset} has the splits {list(allowed)}")
+        try:
+            resolve_split_file(dataset, split, data_dir)
+        except FileNotFoundError:
+            raise UsageError(f"{field}={data_dir!r} has no {dataset} {split!r} split (neither "
+                             f"{split}.jsonl nor {dataset}/{split}.jsonl)") from None

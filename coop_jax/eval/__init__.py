@@ -3,7 +3,7 @@ with bootstrap confidence intervals; `coop-eval` and `coop-report` command lines
 RM scoring and the statistics live below evaluation (`coop_jax.sampling`, `coop_jax.rm.scoring`,
 `coop_jax.stats`), so training uses them without importing this package."""
 from coop_jax.eval.evaluate import evaluate_policy, score_policy
-from coop_jax.models.tokenizer import stop_token_ids
+from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.rm.scoring import evaluate_reward_model, score_triples
 from coop_jax.sampling import generate_completions
 from coop_jax.stats import average_ranks, bootstrap_ci, mean_ci, pass_at_k, roc_auc

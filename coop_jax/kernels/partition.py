@@ -2,7 +2,7 @@
 
 XLA cannot partition a Mosaic or Triton custom call, so each kernel runs per shard:
   * rows (tokens) are split like the batch: over the mesh axes of ``hidden``'s own sharding
-    (explicit meshes) or of the ``"batch"`` logical rule (``coop_jax.parallel.LOGICAL_RULES``);
+    (explicit meshes) or of the ``"batch"`` logical rule (``coop_jax.sharding_rules.LOGICAL_RULES``);
   * the unembedding [D, V] is gathered over D and either replicated or split over its
     vocabulary: the mesh axes of its own sharding or of the ``"vocab"`` rule, when they divide
     V. Axes that would split neither evenly are dropped (that dimension stays replicated);
@@ -24,6 +24,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from coop_jax.kernels import _common
+from coop_jax.sharding_rules import LOGICAL_RULES
 
 ROWS, COLS, REPLICATED = "rows", "cols", "replicated"  # how an argument is laid out
 
@@ -59,8 +60,6 @@ def _mesh(*arrays: jax.Array):
 
 
 def _rule(name: str, mesh) -> tuple[str, ...]:
-    # Imported here: coop_jax.parallel imports the models, which import the kernels.
-    from coop_jax.parallel.mesh import LOGICAL_RULES
     axes = dict(LOGICAL_RULES).get(name)
     return tuple(a for a in _names(axes) if a in mesh.axis_names)
 

@@ -22,28 +22,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from coop_jax import models
+from coop_jax.sharding_rules import AXES, LOGICAL_RULES  # noqa: F401 (re-exported)
 from coop_jax.parallel import host
 
 if TYPE_CHECKING:
     import ml_collections
-
-AXES = ("data", "fsdp", "tensor")
-
-LOGICAL_RULES: tuple[tuple[str, object], ...] = (
-    ("batch", ("data", "fsdp")),
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("mlp", "tensor"),
-    ("labels", None),
-    ("layers", None),  # the stacked layer axis of `model.scan_layers`
-    ("lora_rank", None),  # LoRA adapters' rank axis (models.lora)
-    ("norm", None),
-    ("seq", None),
-    ("act_embed", None),
-)
-
 
 def make_mesh(shape: tuple[int, int, int], devices=None) -> Mesh:
     """A (data, fsdp, tensor) mesh; the product of `shape` must equal the device count."""

@@ -170,7 +170,7 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
     from coop_jax.trainer import sft, loop as train
     from coop_jax import config as config_lib
     from coop_jax.data import format_prompt
-    from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+    from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
     from coop_jax.sampling import generate_completions
 
     tokenizer = load_tokenizer()
@@ -190,7 +190,8 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
         c.seed = spec["seed"]
         c.sft.update(**overrides)
         cfg, params = train.build_model(c.model, tokenizer, mesh, jax.random.key(c.seed))
-        params, _ = sft.warm_start_from_config(params, cfg, tokenizer, sft_records, c)
+        params, _ = sft.warm_start_with(sft.SFTSettings.from_config(c), params, cfg, tokenizer,
+                                     sft_records)
         where = os.path.join(out_dir, f"sft_generator_{len(out)}")
         hf.save(hf.from_params(cfg, jax.device_get(params), tokenizer_dir=CHAR_TOKENIZER_DIR,
                                pad_token_id=tokenizer.pad_token_id), where)

@@ -105,6 +105,15 @@ class RMInputFormat:
         if self.max_len < 1:
             raise ValueError(f"the RM's max_len must be >= 1, got {self.max_len}")
 
+    @classmethod
+    def from_config(cls, config, *, max_len: int = 0, template: str = "") -> "RMInputFormat":
+        """The run's RM input: `reward_model.question_format` / `truncation_side`, the prompt
+        template `template` or `data.prompt_template`, `max_len` or `cooper.max_len` tokens."""
+        rm = config.reward_model
+        return cls(max_len=max_len or config.cooper.max_len,
+                   template=template or config.data.prompt_template,
+                   question_format=rm.question_format, truncation_side=rm.truncation_side)
+
     def text(self, question: str, reference: str, completion: str) -> str:
         return format_rm_input(rm_question(question, self.template, self.question_format),
                                reference, completion, self.char_cut)
@@ -122,15 +131,6 @@ class RMInputFormat:
                          ) -> tuple[np.ndarray, np.ndarray]:
         return tokenize_rm_inputs(tokenizer, self.texts(triples), self.max_len,
                                   self.truncation_side)
-
-
-def rm_input_format(config, *, max_len: int = 0, template: str = "") -> RMInputFormat:
-    """The run's RM input: `reward_model.question_format` / `truncation_side`, the prompt template
-    `template` or `data.prompt_template`, `max_len` or `cooper.max_len` tokens."""
-    rm = config.reward_model
-    return RMInputFormat(max_len=max_len or config.cooper.max_len,
-                         template=template or config.data.prompt_template,
-                         question_format=rm.question_format, truncation_side=rm.truncation_side)
 
 
 def trained_input_format(saved_config: dict) -> dict:

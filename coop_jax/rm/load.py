@@ -15,40 +15,58 @@ from coop_jax import checkpoint, console, parallel
 from coop_jax.checkpoint import portable
 from coop_jax.hf.build import load_model, with_lora
 from coop_jax.hf.sources import SMOLLM2_GGUF, SMOLLM2_INSTALL
-from coop_jax.models.tokenizer import load_tokenizer
-from coop_jax.rm.input import rm_input_format, trained_input_format
+from coop_jax.models import ModelConfig
+from coop_jax.hf.tokenizer import load_tokenizer
+from coop_jax.rm.input import RMInputFormat, trained_input_format
 
 log = logging.getLogger("coop_jax")
 
 
 class RewardModel(NamedTuple):
-    config: Any     # ModelConfig
+    config: ModelConfig
     params: Any
     tokenizer: Any
     tokenizer_path: str = ""  # recorded in the run's checkpoints as "rm_tokenizer"
 
 
-def load_reward_model(config, tokenizer, mesh, key) -> RewardModel:
+@dataclasses.dataclass(frozen=True)
+class RMSource:
+    """Where a run's RM comes from, read once from the config by the entry point: `checkpoint`
+    (`cooper.rm_checkpoint`, "" for none), else `model` (the `reward_model` section, as
+    `hf.build.load_model` reads it); the run's input format (checked against a checkpoint's);
+    the policy's tokenizer path (a random RM reads the policy's tokens)."""
+    checkpoint: str
+    model: Any
+    fmt: RMInputFormat
+    policy_tokenizer: str = ""
+
+    @classmethod
+    def from_config(cls, config) -> "RMSource":
+        return cls(config.cooper.rm_checkpoint, config.reward_model,
+                   RMInputFormat.from_config(config),
+                   config.model.tokenizer or config.model.hf_path)
+
+
+def load_reward_model(source: RMSource, tokenizer, mesh, key) -> RewardModel:
     """The RM: a trained checkpoint (`cooper.rm_checkpoint`) or `reward_model` (HF path or
     random architecture), with fresh adapters under `reward_model.lora`. A source that does not
     fit the run (a random RM narrower than the policy's tokenizer, a portable RM without its
     base) is a UsageError naming the field."""
     with console.usage_errors():
-        rm = _reward_model(config, tokenizer, mesh, key)
-    cfg, params = with_lora(config.reward_model, rm.config, rm.params, mesh,
-                            jax.random.fold_in(key, 4))
+        rm = _reward_model(source, tokenizer, mesh, key)
+    cfg, params = with_lora(source.model, rm.config, rm.params, mesh, jax.random.fold_in(key, 4))
     return rm._replace(config=cfg, params=params)
 
 
-def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
-    rm_path = config.cooper.rm_checkpoint
+def _reward_model(source: RMSource, tokenizer, mesh, key) -> RewardModel:
+    rm_path = source.checkpoint
     if rm_path:
         if portable.is_portable(rm_path) and not os.path.isdir(os.path.join(rm_path,
                                                                              "checkpoints")):
-            rm_cfg, params, meta = _portable_rm(config.reward_model, rm_path, mesh)
+            rm_cfg, params, meta = _portable_rm(source.model, rm_path, mesh)
         else:
             rm_cfg, params, meta = checkpoint.load_model(rm_path, "rm", mesh=mesh)
-        run_fmt = dataclasses.asdict(rm_input_format(config))
+        run_fmt = dataclasses.asdict(source.fmt)
         for name, trained in trained_input_format(meta.get("config", {})).items():
             if trained is not None and trained != run_fmt[name] and not (
                     name == "template" and run_fmt["question_format"] == "question"):
@@ -56,7 +74,7 @@ def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
                             rm_path, name, trained, run_fmt[name])
         path = meta.get("rm_tokenizer", meta.get("tokenizer")) or ""
         return RewardModel(rm_cfg, params, load_tokenizer(path or None), path)
-    section = config.reward_model
+    section = source.model
     rm_cfg, params, lm = load_model(section, tokenizer, mesh, jax.random.fold_in(key, 2),
                                     num_labels=1, field="reward_model")
     if lm is None or lm.new_head:
@@ -70,7 +88,7 @@ def _reward_model(config, tokenizer, mesh, key) -> RewardModel:
     if section.hf_path:
         return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
     # a random RM reads the policy's tokens
-    return RewardModel(rm_cfg, params, tokenizer, config.model.tokenizer or config.model.hf_path)
+    return RewardModel(rm_cfg, params, tokenizer, source.policy_tokenizer)
 
 
 def _portable_rm(section, rm_path: str, mesh):

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from coop_jax import hf
-from coop_jax.models.tokenizer import stop_token_ids
+from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.parallel import host
 from coop_jax.sampling.batching import tokenize_prompts
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make

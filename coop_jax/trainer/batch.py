@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from coop_jax.parallel import host
+from coop_jax.rm.step import PairBatch, RMInputs
 
 Array = Any  # np.ndarray on the host, jax.Array after `to_global`
 
@@ -32,29 +33,6 @@ Array = Any  # np.ndarray on the host, jax.Array after `to_global`
 class Behaviour(flax.struct.PyTreeNode):
     logprobs: Array               # [R, T] the behaviour policy's log-probs of the rollouts
     entropy: Array | None = None  # [R, T] its entropies (None: the step recomputes them)
-
-
-class RMInputs(flax.struct.PyTreeNode):
-    tokens: Array  # [R, L] the RM's input of each rollout (coop_jax.rm.input)
-    mask: Array    # [R, L]
-
-
-class PairBatch(flax.struct.PyTreeNode):
-    """Cooper's (positive, negative) RM inputs, one row per pair (k per prompt with
-    `cooper.pairs_per_group`). A strategy that picks its negative on device by the pre-update
-    RM's scores (`rollout_hardest`) sends rollout indices instead of texts: `pos_row` (the
-    positive's row in its group), `neg_choices` (its group's candidate rows) and `neg_rank`
-    (which of them, by score); the step fills the tokens from the rollouts' RM inputs
-    (`step.resolve_pairs`). `swap`: 1 where the pair's labels are swapped (sham Cooper)."""
-    pos_tokens: Array  # [N, L] RM input of each pair's positive
-    pos_mask: Array
-    neg_tokens: Array  # [N, L] ... and of its negative
-    neg_mask: Array
-    valid: Array       # [N] 1 where the pair is formed
-    pos_row: Array | None = None      # [N] int32, in the pair's group
-    neg_choices: Array | None = None  # [N, G] 1 for each candidate negative of the group
-    neg_rank: Array | None = None     # [N] int32: 0 = the highest-scored candidate
-    swap: Array | None = None         # [N] 1 = labels swapped
 
 
 class TrainBatch(flax.struct.PyTreeNode):
@@ -125,6 +103,7 @@ class StepOutputs(flax.struct.PyTreeNode):
     metrics: dict                         # scalars of the step
     rm_scores: Array | None = None        # [R] the reward RM's raw scores of the rollouts
     rm_scores_after: Array | None = None  # [R] ... under the RM after this step's update
+    advantages: Array | None = None       # [R] each rollout's advantage in this step's loss
 
 
 # ---------------------------------------------------------------------- padding trimmed to the batch

@@ -11,7 +11,7 @@ is one function under `@register_negative(name)`):
              (synthetic task; the offline stand-in for rewrite);
   rollout_hardest - the rule-incorrect rollout of the group that the pre-update RM scores
              highest (with `cooper.pairs_per_group` = k, the k highest, one pair each), chosen
-             on device (`step.resolve_pairs`): the host sends rollout indices, not texts.
+             on device (`rm.step.resolve_pairs`): the host sends rollout indices, not texts.
 `cooper.pair_label_noise` swaps each pair's positive and negative with that probability (0.5:
 the sham-Cooper control, an RM that moves as much as Cooper's without learning from the rule).
 A verified strategy's negative (rewrite, perturb, consistent_wrong) is kept by
@@ -34,7 +34,7 @@ from coop_jax.parallel import host
 from coop_jax.registry import Registry, first_doc_line
 from coop_jax.rm.input import RMInputFormat
 from coop_jax.sampling.chat import http_chat, local_chat
-from coop_jax.trainer.batch import PairBatch
+from coop_jax.rm.step import PairBatch
 
 # The points of the released code's instruction, in our words: wrong reasoning throughout, a wrong
 # conclusion, about the correct response's length, it must look like a solution of the problem,
@@ -140,6 +140,24 @@ def negative_strategy(name: str) -> NegativeStrategy:
     return NEGATIVE_STRATEGIES.lookup(name)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairSettings:
+    """How Cooper's RM pairs are built (`cooper.*`), read once by the entry point."""
+    negative: str                 # a NEGATIVE_STRATEGIES name
+    pairs_per_group: int
+    reference_positive: bool
+    rewrite_tries: int
+    negative_check: str           # a KEEP_RULES name
+    pair_label_noise: float
+    seed: int
+
+    @classmethod
+    def from_config(cls, config) -> "PairSettings":
+        c = config.cooper
+        return cls(c.negative, c.pairs_per_group, bool(c.reference_positive), c.rewrite_tries,
+                   c.negative_check, float(c.pair_label_noise), config.seed)
+
+
 def validate_config(c, trains_rm: bool) -> None:
     """Raise ValueError naming `cooper.negative` when it is unknown, or when the run trains the RM
     (`trains_rm`) with a strategy whose assistant is not configured."""
@@ -209,7 +227,7 @@ def ranked_rollout_pairs(labels, group_size: int, pairs_per_group: int = 1,
     every rule-incorrect row, `neg_rank` 0..k-1); a row is valid when its group has a positive
     and more than `neg_rank` incorrect rollouts. A group with no correct rollout but a reference
     solution (`has_reference`, cooper.reference_positive) gets pos_row -1: the caller puts that
-    positive's tokens in `pos_tokens`. Other tokens are placeholders that `step.resolve_pairs`
+    positive's tokens in `pos_tokens`. Other tokens are placeholders that `rm.step.resolve_pairs`
     replaces."""
     labels = np.asarray(labels).reshape(-1, group_size) > 0.5
     k = pairs_per_group
@@ -447,34 +465,45 @@ def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     return rewrite
 
 
-def local_assistant_settings(config) -> dict:
-    """How `make_rewriter` loads and samples the local assistant (`cooper.assistant_hf_path`):
-    `local_rewriter`'s keyword arguments (also what benchmarks/memory_plan.py compiles).
+@dataclasses.dataclass(frozen=True)
+class AssistantSettings:
+    """The "rewrite" negatives' assistant (`cooper.assistant_*`): an endpoint (`url`) or a local
+    HF model (`hf_path`), read once from the config by the entry point (`from_config`).
 
-    Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a bound, the
-    prompt holds the question, the positive and the instructions (chat-formatted), and a call
-    holds up to `rollout.prompts_per_step` rewrites (the step's prompts, over all processes).
-    The parameters (and activations) are in the policy's compute dtype, `model.dtype`: the
-    assistant only samples, so it needs no fp32 master weights (a 7B one is 15 GB in bfloat16);
-    its layers are scanned like the policy's (`model.scan_layers`)."""
-    return dict(max_prompt_len=(config.data.max_prompt_len + config.rollout.max_new_tokens
-                                + REWRITE_PROMPT_OVERHEAD_TOKENS),
-                max_new_tokens=config.rollout.max_new_tokens + 500,
-                dtype=config.model.dtype,
-                scan_layers=config.model.scan_layers,
-                batch_size=config.rollout.prompts_per_step)
+    `local` holds `local_rewriter`'s keyword arguments (also what benchmarks/memory_plan.py
+    compiles). Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a
+    bound, the prompt holds the question, the positive and the instructions (chat-formatted), and
+    a call holds up to `rollout.prompts_per_step` rewrites (the step's prompts, over all
+    processes). The parameters (and activations) are in the policy's compute dtype,
+    `model.dtype`: the assistant only samples, so it needs no fp32 master weights (a 7B one is
+    15 GB in bfloat16); its layers are scanned like the policy's (`model.scan_layers`)."""
+    url: str
+    model: str
+    hf_path: str
+    temperature: float
+    seed: int
+    local: dict
+
+    @classmethod
+    def from_config(cls, config) -> "AssistantSettings":
+        c = config.cooper
+        local = dict(max_prompt_len=(config.data.max_prompt_len + config.rollout.max_new_tokens
+                                     + REWRITE_PROMPT_OVERHEAD_TOKENS),
+                     max_new_tokens=config.rollout.max_new_tokens + 500,
+                     dtype=config.model.dtype, scan_layers=config.model.scan_layers,
+                     batch_size=config.rollout.prompts_per_step)
+        return cls(c.assistant_url, c.assistant_model, c.assistant_hf_path,
+                   c.rewrite_temperature, config.seed, local)
 
 
-def make_rewriter(config, mesh=None):
-    """The "rewrite" assistant of `config.cooper`: an endpoint (`assistant_url`) or a local HF
-    model (`assistant_hf_path`, `local_assistant_settings`), sharded over the run's `mesh`
-    beside the policy when one is given."""
-    c = config.cooper
-    if c.assistant_url:
-        return http_rewriter(c.assistant_url, c.assistant_model or "default",
-                             c.rewrite_temperature)
-    if c.assistant_hf_path:
-        return local_rewriter(c.assistant_hf_path, temperature=c.rewrite_temperature,
-                              seed=config.seed, mesh=mesh, **local_assistant_settings(config))
+def make_rewriter(settings: AssistantSettings, mesh=None):
+    """The "rewrite" assistant: an endpoint (`settings.url`) or a local HF model
+    (`settings.hf_path`), sharded over the run's `mesh` beside the policy when one is given."""
+    s = settings
+    if s.url:
+        return http_rewriter(s.url, s.model or "default", s.temperature)
+    if s.hf_path:
+        return local_rewriter(s.hf_path, temperature=s.temperature, seed=s.seed, mesh=mesh,
+                              **s.local)
     raise ValueError("cooper.negative='rewrite' needs cooper.assistant_url or "
                      "cooper.assistant_hf_path")

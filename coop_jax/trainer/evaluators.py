@@ -11,23 +11,57 @@ new evaluation is one `@register_evaluator` function here, its cadence field, an
         return {"my_eval/score": ...}
 
 An evaluator reads what it needs from `EvalContext` (the run's policy and RM as they are now,
-the held-out records, the evaluation's verifiers) and returns its metrics.
+the held-out records, the evaluation's verifiers, the `EvalSettings` the entry point read from the
+config once) and returns its metrics.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.registry import Param, Registry, first_doc_line
-from coop_jax.rm.input import read_triples, rm_input_format
+from coop_jax.rm.input import RMInputFormat, read_triples
 from coop_jax.rm.scoring import evaluate_reward_model
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """What the evaluators read of the config, built once by the entry point (`from_config`):
+    the schedule (each listed evaluator's name and cadence, in `config.evals` order), the
+    policy evaluation's sampling (`eval`, with the rollouts' prompt and length), the RM's held-out
+    triples and input format."""
+    schedule: tuple[tuple[str, int], ...]
+    prompt_template: str
+    chat_template: bool
+    max_prompt_len: int
+    max_new_tokens: int
+    k: int
+    temperature: float
+    top_p: float
+    headline: str           # "greedy" or "sampled"
+    batch_size: int
+    seed: int
+    kernel_impl: str
+    rm_heldout_triples: str = ""
+    rm_format: RMInputFormat | None = None
+
+    @classmethod
+    def from_config(cls, config) -> "EvalSettings":
+        e, d = config.eval, config.data
+        schedule = tuple((name, int(EVALUATORS[name].every.read(config)))
+                         for name in names(config.evals))
+        return cls(schedule, d.prompt_template, bool(d.chat_template), d.max_prompt_len,
+                   config.rollout.max_new_tokens, e.k, e.temperature, e.top_p, e.headline,
+                   e.batch_size, config.seed, config.kernels.impl,
+                   config.cooper.heldout_triples,
+                   RMInputFormat.from_config(config) if config.cooper.heldout_triples else None)
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalContext:
     """What an evaluator sees of the run. `policy()` / `rm()` return the current weights."""
-    config: Any
+    settings: EvalSettings
     policy: Callable[[], Any]
     policy_cfg: Any
     tokenizer: Any
@@ -62,23 +96,24 @@ def register_evaluator(name: str, *, every: str, after_resume: bool = True):
     return register
 
 
-def names(config) -> list[str]:
-    return [n.strip() for n in config.evals.split(",") if n.strip()]
+def names(evals: str) -> list[str]:
+    """The evaluator names of a `config.evals` string."""
+    return [n.strip() for n in evals.split(",") if n.strip()]
 
 
-def validate(config) -> None:
-    """Raise ValueError naming config.evals when it lists an unknown or repeated evaluator."""
-    listed = names(config)
+def validate(evals: str) -> None:
+    """Raise ValueError naming config.evals when `evals` lists an unknown or repeated
+    evaluator."""
+    listed = names(evals)
     for name in listed:
         EVALUATORS.check(name)
     if len(set(listed)) != len(listed):
-        raise ValueError(f"config.evals lists an evaluator twice: {config.evals!r}")
+        raise ValueError(f"config.evals lists an evaluator twice: {evals!r}")
 
 
-def scheduled(config) -> list[tuple[Evaluator, int]]:
-    """(evaluator, its cadence in steps) of every evaluator `config.evals` lists, in order."""
-    return [(EVALUATORS[name], int(EVALUATORS[name].every.read(config)))
-            for name in names(config)]
+def scheduled(schedule: Sequence[tuple[str, int]]) -> list[tuple[Evaluator, int]]:
+    """(evaluator, its cadence in steps) of every (name, cadence) of `schedule`, in order."""
+    return [(EVALUATORS[name], every) for name, every in schedule]
 
 
 def due(done: int, every: int, last: bool) -> bool:
@@ -87,19 +122,19 @@ def due(done: int, every: int, last: bool) -> bool:
     return last or bool(every and done % every == 0)
 
 
-def run_due(context: EvalContext, config, done: int, last: bool) -> dict:
+def run_due(context: EvalContext, done: int, last: bool) -> dict:
     """The metrics of every listed evaluator due after `done` steps (done=0: all of them)."""
     metrics: dict = {}
-    for evaluator, every in scheduled(config):
+    for evaluator, every in scheduled(context.settings.schedule):
         if done == 0 or due(done, every, last):
             metrics.update(evaluator.run(context))
     return metrics
 
 
-def run_after_resume(context: EvalContext, config) -> dict:
+def run_after_resume(context: EvalContext) -> dict:
     """The final metrics of a resumed run that had already finished its steps."""
     metrics: dict = {}
-    for evaluator, _ in scheduled(config):
+    for evaluator, _ in scheduled(context.settings.schedule):
         if evaluator.after_resume:
             metrics.update(evaluator.run(context))
     return metrics
@@ -110,33 +145,33 @@ def run_after_resume(context: EvalContext, config) -> dict:
 def policy_accuracy(run: EvalContext) -> dict:
     """The policy's greedy accuracy, avg@k (eval.k samples) and the headline one of the two on
     the held-out split (lenient; a dataset's strict gold beside it, "..._strict")."""
-    c = run.config
+    s = run.settings
     if not run.heldout:
         return {}
     report, _ = evaluate_policy(
         run.policy(), run.policy_cfg, run.tokenizer, run.heldout,
-        template=c.data.prompt_template, chat=c.data.chat_template, verifier=run.verifier,
-        k=c.eval.k, temperature=c.eval.temperature, top_p=c.eval.top_p, greedy=True,
-        max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
-        batch_size=c.eval.batch_size, seed=c.seed, kernel_impl=c.kernels.impl, also=run.strict)
+        template=s.prompt_template, chat=s.chat_template, verifier=run.verifier, k=s.k,
+        temperature=s.temperature, top_p=s.top_p, greedy=True, max_prompt_len=s.max_prompt_len,
+        max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, seed=s.seed,
+        kernel_impl=s.kernel_impl, also=run.strict)
     metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
                "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
     for name in run.strict:
         metrics[f"eval/greedy_accuracy_{name}"] = report[name]["greedy_accuracy"]["mean"]
         metrics[f"eval/sampled_accuracy_{name}"] = report[name]["avg_at_k"]["mean"]
     metrics["eval/headline_accuracy"] = metrics[
-        "eval/greedy_accuracy" if c.eval.headline == "greedy" else "eval/sampled_accuracy"]
+        "eval/greedy_accuracy" if s.headline == "greedy" else "eval/sampled_accuracy"]
     return metrics
 
 
 @register_evaluator("rm_heldout", every="cooper.heldout_every")
 def rm_heldout_accuracy(run: EvalContext) -> dict:
     """The RM's accuracy on the held-out triples of `cooper.heldout_triples` (when set)."""
-    path = run.config.cooper.heldout_triples
+    path = run.settings.rm_heldout_triples
     if run.rm is None or not path:
         return {}
     report, _ = evaluate_reward_model(run.rm(), run.rm_model.config, run.rm_model.tokenizer,
-                                      read_triples(path), fmt=rm_input_format(run.config),
+                                      read_triples(path), fmt=run.settings.rm_format,
                                       batch_size=64)
     return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
 

@@ -36,17 +36,20 @@ from coop_jax import checkpoint, console, data, parallel, rl, sampling
 from coop_jax.trainer import cooper, rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
+from coop_jax.data.sources import check_data_files
 from coop_jax.hf.build import load_model, with_lora
+from coop_jax.hf.sources import check_model_path
 from coop_jax.eval.evaluate import strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models import lora
-from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
+from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.optim import make_optimizer
-from coop_jax.rm.input import rm_input_format
-from coop_jax.rm.load import RewardModel, load_reward_model
-from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSetup,
-                                       finish_rule_labels, rm_label_metrics)
+from coop_jax.rm.input import RMInputFormat
+from coop_jax.rm.load import RMSource, load_reward_model
+from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
+                                       RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
+                                       rm_label_metrics)
 from coop_jax.trainer.batch import StepOutputs, TrainBatch, trim_padding
 from coop_jax.trainer.step import (DEVICE_REWARDS, StepConfig, TrainState, init_state, jit_step,
                                    place_state, state_shardings)
@@ -83,7 +86,7 @@ def validate_config(config, device_count: int | None = None, num_processes: int 
     config_lib.validate(config, device_count)
     rewards.validate_config(config)
     cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
-    evaluators.validate(config)
+    evaluators.validate(config.evals)
     check_lora(config)
     check_multi_process(config, num_processes)
 
@@ -160,7 +163,7 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
         log_kl_to_start=c.rl.log_kl_to_start,
         device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
-        rm=rm_cfg, rm_update=source.rm_update_options(c), kernel_impl=c.kernels.impl,
+        rm=rm_cfg, rm_update=source.rm_update_from_config(c), kernel_impl=c.kernels.impl,
         valid_vocab=valid_vocab, num_views=source.num_views,
         reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
 
@@ -189,12 +192,18 @@ def headline_name(config) -> str:
     return f"avg@{e.k} (T={e.temperature:g}, top-p {e.top_p:g})"
 
 
+def run_extraction_mode(config) -> str:
+    """The run's answer extraction (`rewards.extraction_mode` of its verifier, reward, data)."""
+    return rewards.extraction_mode(config.verifier.extraction, config.reward.type,
+                                   config.data.dataset)
+
+
 def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVerifier]:
     """(the rewards' verifier, the evaluation's). Rewards match answers as
     `rewards.extraction_mode` says (the reference's mode for the reward type by default); held-out
     accuracy stays lenient so that runs of different reward types compare (the references'
     stricter scores are logged beside it: `strict_verifiers`)."""
-    mode = rewards.extraction_mode(c)
+    mode = run_extraction_mode(c)
     verifier = stack.enter_context(RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s,
                                                 extraction=mode))
     if mode == "lenient":
@@ -288,8 +297,8 @@ class Trainer:
         self.resuming = self.ckpt.latest_step() is not None
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = self._policy(tokenizer, key)
-        self.rm = (load_reward_model(config, tokenizer, self.mesh, key) if source.needs_rm
-                   else None)
+        self.rm = (load_reward_model(RMSource.from_config(config), tokenizer, self.mesh, key)
+                   if source.needs_rm else None)
         self.state = self._initial_state(policy_params, source)
         valid_vocab = min(len(tokenizer), self.policy_cfg.vocab_size)
         self.step = CompiledStep(
@@ -297,10 +306,12 @@ class Trainer:
             self.tx, self.rm_tx, self.mesh, state_shardings(self.state),
             donate=config.train.nan_policy == "error", pad_buckets=config.rl.pad_buckets)
         self.setup = RolloutSetup(
-            config, self.mesh, source, tokenizer, self._sampler(tokenizer, valid_vocab),
-            rm_tokenizer=self.rm and self.rm.tokenizer,
-            rm_format=rm_input_format(config) if self.rm else None,
+            RolloutSettings.from_config(config, source), self.mesh, source, tokenizer,
+            self._sampler(tokenizer, valid_vocab), rm_tokenizer=self.rm and self.rm.tokenizer,
+            rm_format=RMInputFormat.from_config(config) if self.rm else None,
             reward_options=rewards.REWARD_SOURCES.options(config.reward.type, config))
+        self.eval_settings = evaluators.EvalSettings.from_config(config)
+        self.probe_settings = probes.ProbeSettings.from_config(config)
 
     # -- set-up
     def _policy(self, tokenizer, key):
@@ -308,8 +319,8 @@ class Trainer:
         c = self.config
         cfg, params = build_model(c.model, tokenizer, self.mesh, jax.random.fold_in(key, 1))
         if c.sft.steps and not self.resuming:
-            params, losses = sft.warm_start_from_config(params, cfg, tokenizer,
-                                                        self.records.train, c)
+            params, losses = sft.warm_start_with(sft.SFTSettings.from_config(c), params, cfg,
+                                                 tokenizer, self.records.train)
             log.info("SFT warm start: %d steps, loss %.3f -> %.3f", len(losses), losses[0],
                      losses[-1])
             params = jax.device_put(params, parallel.param_shardings(cfg, self.mesh))
@@ -352,12 +363,18 @@ class Trainer:
                      if where == "checkpoint")
 
     def _sampler(self, tokenizer, valid_vocab: int):
+        """The compiled sampler of `rollout.engine`: the static batch, or `rollout.slots`
+        continuous-batching decode slots (`sampling.engine`)."""
         r = self.config.rollout
-        return sampling.make(self.policy_cfg, sampling.SamplingConfig(
+        scfg = sampling.SamplingConfig(
             temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
             eos_ids=stop_token_ids(tokenizer), pad_id=tokenizer.pad_token_id,
             valid_vocab=valid_vocab, kernel_impl=self.config.kernels.impl,
-            max_new_tokens=r.max_new_tokens))
+            max_new_tokens=r.max_new_tokens)
+        if r.engine == "continuous":
+            return sampling.make_continuous(self.policy_cfg, scfg,
+                                            r.slots or r.prompts_per_step * r.group_size)
+        return sampling.make(self.policy_cfg, scfg)
 
     strict: dict = {}  # the evaluation's strict verifiers, set with the host tools
 
@@ -368,20 +385,21 @@ class Trainer:
         verifier, eval_verifier = make_verifiers(c, stack)
         self.strict = strict_verifiers(c.data.dataset, c.verifier.num_workers,
                                        c.verifier.timeout_s, stack)
-        if rewards.extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
+        if run_extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
             self.strict = {"strict": verifier}
         background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
         tools = HostTools(verifier, eval_verifier, background)
         if self.setup.source.trains_rm and cooper.negative_strategy(
                 c.cooper.negative).needs_assistant:
-            tools.rewriter = cooper.make_rewriter(c, self.mesh)
+            tools.rewriter = cooper.make_rewriter(cooper.AssistantSettings.from_config(c),
+                                                  self.mesh)
         return tools, eval_verifier
 
     # -- evaluation (config.evals), checkpoints
     def eval_context(self, verifier) -> evaluators.EvalContext:
         """What the run's evaluators see: the policy and RM as they are when called."""
         return evaluators.EvalContext(
-            self.config, lambda: self.state.policy_weights(), self.policy_cfg,
+            self.eval_settings, lambda: self.state.policy_weights(), self.policy_cfg,
             self.setup.tokenizer, self.records.heldout, verifier, self.strict,
             rm=None if self.rm is None else (lambda: self.state.rm_weights()),
             rm_model=self.rm, probes=self.hack_probes)
@@ -390,15 +408,15 @@ class Trainer:
 
     def hack_probes(self) -> dict:
         """The hack probes' metrics (`coop_jax.trainer.probes`; {} without `probes.triples`)."""
-        c = self.config
-        if not c.probes.triples:
+        s = self.probe_settings
+        if not s.triples:
             return {}
         if self._probes is None:
-            self._probes = probes.read_probes(c.probes.triples)
+            self._probes = probes.read_probes(s.triples)
         rm = self.rm and (self.state.rm_weights(), self.rm.config, self.rm.tokenizer,
-                          rm_input_format(c))
+                          self.setup.rm_format)
         return probes.probe_metrics(self._probes, (self.state.policy_weights(), self.policy_cfg,
-                                                   self.setup.tokenizer), rm, c)
+                                                   self.setup.tokenizer), rm, s)
 
     def meta(self, step: int, extra: dict) -> dict:
         meta = {"step": step, "config": self.config.to_dict(),
@@ -426,7 +444,7 @@ class Trainer:
             facts["wall_seconds_before"] = meta.get("wall_seconds_before", 0.0)
             log.info("resumed from step %d", int(self.state.step))
             return RunStart(int(self.state.step), facts, None)
-        initial = evaluators.run_due(self.eval_context(eval_verifier), self.config, 0, False)
+        initial = evaluators.run_due(self.eval_context(eval_verifier), 0, False)
         facts = {"initial_accuracy": initial.get("eval/greedy_accuracy"),
                  "initial_sampled_accuracy": initial.get("eval/sampled_accuracy"),
                  "initial_headline_accuracy": initial.get("eval/headline_accuracy"),
@@ -457,16 +475,22 @@ class Trainer:
 
     def _rm_label_metrics(self, prepared: PreparedBatch, outputs: StepOutputs) -> dict:
         """The RM's agreement with the rule labels of the step's rollouts, before (and, for
-        Cooper, after) its update; finishes the labels verified in the background. AUC and the
+        Cooper, after) its update, and the groups without a correct rollout
+        (`all_wrong_group_metrics`); finishes the labels verified in the background. AUC and the
         pairwise accuracy are not means over rows, so every host computes them over all hosts'
         rows (the global scores, every host's labels in process order) rather than its own."""
         labels, metrics = prepared.labels, {}
         if prepared.pending is not None:
             labels, metrics = finish_rule_labels(prepared.pending)
-        if outputs.rm_scores is None:
+        if labels is None:  # dynamic sampling's refilled batch: its rows' labels are not kept
             return metrics
         labels = parallel.host.gather_rows(labels)
         g = self.config.rollout.group_size
+        advantages = parallel.host.fetch(outputs.advantages)
+        if len(advantages) == len(labels):  # one trained view (a second has no rule labels)
+            metrics |= all_wrong_group_metrics(labels, advantages, g)
+        if outputs.rm_scores is None:
+            return metrics
         for suffix, scores in (("", outputs.rm_scores), ("_after", outputs.rm_scores_after)):
             if scores is not None:
                 metrics |= rm_label_metrics(parallel.host.fetch(scores), labels, g, suffix)
@@ -477,7 +501,7 @@ class Trainer:
         hook = self.setup.source.before_step
         if hook is None:
             return {}
-        self.state, metrics = hook(self.state, step, self.config)
+        self.state, metrics = hook(self.state, step, self.setup.reward_options)
         return metrics
 
     # -- the loop
@@ -512,7 +536,7 @@ class Trainer:
                 # -- evaluate
                 done = step + 1
                 last = done == c.train.steps
-                metrics.update(evaluators.run_due(context, c, done, last))
+                metrics.update(evaluators.run_due(context, done, last))
                 final = metrics if last else final
                 # -- log, checkpoint
                 row = writer.write(done, metrics)
@@ -528,7 +552,7 @@ class Trainer:
                     return {"stopped_at": done}
             writer.close()
             if final is None:  # resumed a run that had already finished its steps
-                final = evaluators.run_after_resume(context, c)
+                final = evaluators.run_after_resume(context)
             # every host's verifier pool checked its own rows
             every_host = parallel.host.gather_json(tools.verifier.stats.as_dict())
             verifier_stats = {k: sum(host[k] for host in every_host) for k in every_host[0]}
@@ -587,17 +611,17 @@ def check_paths(config) -> None:
     """UsageError naming the first data or model path of the run that does not exist (before
     JAX starts or anything loads); `config` is valid."""
     d, source = config.data, rewards.reward_source(config.reward.type)
-    console.check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
+    check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
         "config.data.train_split": d.train_split, "config.data.eval_split": d.eval_split})
-    console.check_model_path("config.model.hf_path", config.model.hf_path)
-    console.check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
+    check_model_path("config.model.hf_path", config.model.hf_path)
+    check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
     if source.needs_rm:
         console.check_folder("config.cooper.rm_checkpoint", config.cooper.rm_checkpoint)
         if not config.cooper.rm_checkpoint:
-            console.check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
+            check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
         console.check_file("config.cooper.heldout_triples", config.cooper.heldout_triples)
     if source.trains_rm and config.cooper.negative == "rewrite":
-        console.check_model_path("config.cooper.assistant_hf_path",
+        check_model_path("config.cooper.assistant_hf_path",
                                  config.cooper.assistant_hf_path)
 
 

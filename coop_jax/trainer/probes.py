@@ -12,6 +12,7 @@ and `probe/rm_false_accept` over all probes.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Sequence
 
@@ -67,23 +68,42 @@ def per_pattern(probes: Sequence[dict], values: np.ndarray, name: str) -> dict:
             for k in dict.fromkeys(patterns.tolist())}
 
 
+@dataclasses.dataclass(frozen=True)
+class ProbeSettings:
+    """What the probes read of the config (the rollouts' prompt, length and temperature), built
+    once by the entry point (`from_config`)."""
+    triples: str  # probes.triples ("": no probes)
+    template: str
+    chat: bool
+    max_prompt_len: int
+    max_new_tokens: int
+    temperature: float
+    kernel_impl: str
+    batch_size: int
+
+    @classmethod
+    def from_config(cls, config) -> "ProbeSettings":
+        d, r = config.data, config.rollout
+        return cls(config.probes.triples, d.prompt_template, bool(d.chat_template),
+                   d.max_prompt_len, r.max_new_tokens, r.temperature, config.kernels.impl,
+                   config.eval.batch_size)
+
+
 def probe_metrics(probes: Sequence[dict], policy: tuple[Any, models.ModelConfig, Any],
-                  rm: tuple[Any, models.ModelConfig, Any, RMInputFormat] | None, config
-                  ) -> dict:
+                  rm: tuple[Any, models.ModelConfig, Any, RMInputFormat] | None,
+                  settings: ProbeSettings) -> dict:
     """The probe metrics (module doc) of `policy` = (params, cfg, tokenizer) and, when given,
     `rm` = (params, cfg, tokenizer, input format), with the run's data / rollout settings."""
     params, cfg, tokenizer = policy
-    c = config
-    logp = policy_logp(params, cfg, tokenizer, probes, template=c.data.prompt_template,
-                       chat=c.data.chat_template, max_prompt_len=c.data.max_prompt_len,
-                       max_new_tokens=c.rollout.max_new_tokens,
-                       temperature=c.rollout.temperature, impl=c.kernels.impl,
-                       batch_size=c.eval.batch_size)
+    s = settings
+    logp = policy_logp(params, cfg, tokenizer, probes, template=s.template, chat=s.chat,
+                       max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
+                       temperature=s.temperature, impl=s.kernel_impl, batch_size=s.batch_size)
     metrics = per_pattern(probes, logp, "policy_logp")
     if rm is not None:
         rm_params, rm_cfg, rm_tokenizer, fmt = rm
         accepted = score_triples(rm_params, rm_cfg, rm_tokenizer, probes, fmt=fmt,
-                                 batch_size=c.eval.batch_size) > 0
+                                 batch_size=s.batch_size) > 0
         metrics |= per_pattern(probes, accepted.astype(np.float64), "rm_false_accept")
         metrics["probe/rm_false_accept"] = float(accepted.mean())
     return metrics

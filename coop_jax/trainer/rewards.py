@@ -24,7 +24,8 @@ import numpy as np
 
 from coop_jax import config as config_lib
 from coop_jax.registry import Options, Param, Registry, first_doc_line
-from coop_jax.trainer.step import DEVICE_REWARDS, RMUpdate
+from coop_jax.rm.step import RMUpdate
+from coop_jax.trainer.step import DEVICE_REWARDS
 from coop_jax.verify import EXTRACTION_MODES, answers_equivalent
 
 # `verifier.extraction` = AUTO: the reward source's own default for the dataset (below).
@@ -52,7 +53,7 @@ class RewardInputs:
 
 # host(inputs) -> (one float32 reward array per view, metrics)
 HostFn = Callable[[RewardInputs], tuple[list[np.ndarray], dict]]
-# before_step(state, step, config) -> (state, metrics)
+# before_step(state, step, options) -> (state, metrics); options: the reward type's `params`
 StepHook = Callable[[Any, int, Any], tuple[Any, dict]]
 
 
@@ -62,7 +63,7 @@ class RewardSource:
     host: HostFn
     device: str = "batch"           # a train_step.DEVICE_REWARDS name
     # the RM is co-trained on (positive, negative) pairs (Cooper): the step's RM update options
-    # (train_step.RMUpdate fields), each read from its config field
+    # (rm.step.RMUpdate fields), each read from its config field
     rm_update: Mapping[str, Param] | None = None
     needs_teacher: bool = False     # an EMA teacher of the policy, also the KL reference
     num_views: int = 1              # views of each prompt trained on (Co-rewarding-I: 2)
@@ -83,8 +84,9 @@ class RewardSource:
     def needs_rm(self) -> bool:
         return DEVICE_REWARDS[self.device].needs_rm or self.trains_rm
 
-    def rm_update_options(self, config) -> RMUpdate | None:
-        """The step's RM update of this reward type (None: the RM is not trained)."""
+    def rm_update_from_config(self, config) -> RMUpdate | None:
+        """The step's RM update of this reward type, read from the config by the entry point
+        (None: the RM is not trained)."""
         if self.rm_update is None:
             return None
         return RMUpdate(**{name: p.read(config) for name, p in self.rm_update.items()})
@@ -148,13 +150,12 @@ def validate_config(c) -> None:
                          "state the next batch would be sampled from; set rollout.overlap=False")
 
 
-def extraction_mode(config) -> str:
-    """The rule verifier's extraction mode of a run: `verifier.extraction`, or with "auto" the
-    reward source's default for `data.dataset`."""
-    mode = config.verifier.extraction
-    if mode == config_lib.AUTO_EXTRACTION:
-        return reward_source(config.reward.type).extraction_for(config.data.dataset)
-    return mode
+def extraction_mode(configured: str, reward_type: str, dataset: str) -> str:
+    """The rule verifier's extraction mode of a run: `configured` (`verifier.extraction`), or
+    with "auto" the default of reward type `reward_type` for `dataset` (`data.dataset`)."""
+    if configured == config_lib.AUTO_EXTRACTION:
+        return reward_source(reward_type).extraction_for(dataset)
+    return configured
 
 
 def _exact(answer: str) -> str:
@@ -280,15 +281,19 @@ def corewarding_decay(step: int, a_start: float, a_end: float, total: int) -> fl
     return a_end + 0.5 * (a_start - a_end) * (1 + math.cos(math.pi * t / total))
 
 
-def ema_teacher_update(state, step: int, config) -> tuple[Any, dict]:
+def ema_teacher_update(state, step: int, options: Options) -> tuple[Any, dict]:
     """Co-rewarding-II: teacher <- a_k * policy + (1 - a_k) * teacher, once per step."""
-    c = config.corewarding
-    a = corewarding_decay(step, c.a_start, c.a_end, c.decay_steps or config.train.steps)
+    o = options
+    a = corewarding_decay(step, o["a_start"], o["a_end"], o["decay_steps"] or o["steps"])
     teacher = _ema(state.ref_params, state.policy.params, a)
     return state.replace(ref_params=teacher), {"teacher_decay": a}
 
 
-@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update, **VOTE)
+@register_reward("corewarding_2", needs_teacher=True, before_step=ema_teacher_update,
+                 extraction=VOTE_EXTRACTION, params=VOTE["params"] | {
+                     "a_start": Param("corewarding.a_start"), "a_end": Param("corewarding.a_end"),
+                     "decay_steps": Param("corewarding.decay_steps"),
+                     "steps": Param("train.steps")})
 def _corewarding_2(x: RewardInputs):
     """Co-rewarding-II: labels are the majority answers of the EMA teacher's rollouts."""
     rewards, pseudo = _vote(x, x.extracted, x.verifier.extract_batch(x.teacher))

@@ -2,8 +2,9 @@
 
 Every stage is a function of explicit inputs that returns a named result; none of them changes
 the trainer. `RolloutSetup` holds what the stages share and never changes during a run (the
-config, the mesh, tokenizers, the compiled sampler). `RolloutFeed` decides when each step's batch
-is made: in series, or one step ahead (`rollout.overlap`).
+settings, the mesh, tokenizers, the compiled sampler). `RolloutFeed` decides when each step's batch
+is made: in series, or one step ahead (`rollout.overlap`). `RolloutSettings` is what they read of
+the config, built once by the entry point.
 
 Rows are prompt-major (row r = rollout r % G of prompt r // G), and each host holds its block of
 the step's prompts (`coop_jax.parallel.host`).
@@ -24,16 +25,53 @@ from coop_jax.trainer import cooper, rewards
 from coop_jax import data, parallel, rl, sampling, stats
 from coop_jax.registry import Options
 from coop_jax.rm.input import RMInputFormat
-from coop_jax.trainer.batch import Behaviour, RMInputs, TrainBatch
+from coop_jax.rm.step import RMInputs
+from coop_jax.trainer.batch import Behaviour, TrainBatch
 from coop_jax.verify import RuleVerifier
 
 PENDING_ROLLOUTS = "pending_rollouts"  # the checkpoint item of rollout.overlap's next batch
 
 
 @dataclasses.dataclass(frozen=True)
+class RolloutSettings:
+    """What the host stages read of the config (`rollout`, `data`, `rl`'s shaping and dynamic
+    sampling, `cooper`'s pairs), built once by the entry point (`from_config`)."""
+    seed: int
+    steps: int
+    prompts_per_step: int
+    group_size: int
+    max_new_tokens: int
+    prompt_template: str
+    chat_template: bool
+    max_prompt_len: int
+    view_fields: tuple[str, ...]  # the record field each trained view's prompt is built from
+    overlong: str
+    overlong_cache_len: int
+    overlong_factor: float
+    overlap: bool
+    dynamic_sampling: bool
+    dynamic_max_draws: int
+    pairs: cooper.PairSettings | None = None  # Cooper's RM pairs (None: the RM is not trained)
+
+    @classmethod
+    def from_config(cls, config, source: rewards.RewardSource) -> "RolloutSettings":
+        r, d, rl_ = config.rollout, config.data, config.rl
+        return cls(
+            seed=config.seed, steps=config.train.steps, prompts_per_step=r.prompts_per_step,
+            group_size=r.group_size, max_new_tokens=r.max_new_tokens,
+            prompt_template=d.prompt_template, chat_template=bool(d.chat_template),
+            max_prompt_len=d.max_prompt_len,
+            view_fields=("question", d.rephrase_field)[:source.num_views],
+            overlong=rl_.overlong, overlong_cache_len=rl_.overlong_cache_len,
+            overlong_factor=rl_.overlong_factor, overlap=bool(r.overlap),
+            dynamic_sampling=bool(rl_.dynamic_sampling), dynamic_max_draws=rl_.dynamic_max_draws,
+            pairs=cooper.PairSettings.from_config(config) if source.trains_rm else None)
+
+
+@dataclasses.dataclass(frozen=True)
 class RolloutSetup:
     """What the host stages of every step share (fixed for the run)."""
-    config: Any
+    settings: RolloutSettings
     mesh: Any
     source: rewards.RewardSource
     tokenizer: Any
@@ -44,12 +82,7 @@ class RolloutSetup:
 
     @property
     def group_size(self) -> int:
-        return self.config.rollout.group_size
-
-    @property
-    def view_keys(self) -> tuple[str, ...]:
-        """The record field each trained view's prompt is built from."""
-        return ("question", self.config.data.rephrase_field)[:self.source.num_views]
+        return self.settings.group_size
 
 
 @dataclasses.dataclass
@@ -96,17 +129,17 @@ class PreparedBatch:
 
 
 # ---------------------------------------------------------------------- sample
-def rollout_key(config, step: int, draw: int = 0):
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), step), draw)
+def rollout_key(seed: int, step: int, draw: int = 0):
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), draw)
 
 
 def _generate(setup: RolloutSetup, params, records, key, question_key="question"):
     """Rollouts of every host's prompts, as global arrays each host can read its rows of."""
-    c = setup.config
-    prompts = [data.format_prompt(c.data.prompt_template, r[question_key] or r["question"],
-                                  tokenizer=setup.tokenizer, chat=c.data.chat_template)
+    s = setup.settings
+    prompts = [data.format_prompt(s.prompt_template, r[question_key] or r["question"],
+                                  tokenizer=setup.tokenizer, chat=s.chat_template)
                for r in records]
-    ids, mask = sampling.tokenize_prompts(setup.tokenizer, prompts, c.data.max_prompt_len)
+    ids, mask = sampling.tokenize_prompts(setup.tokenizer, prompts, s.max_prompt_len)
     batch = parallel.host.global_batch({"ids": ids, "mask": mask}, setup.mesh)
     out = setup.sample(params, batch["ids"], batch["mask"], key)
     return jax.tree_util.tree_map(parallel.host.host_aligned, out)
@@ -118,7 +151,7 @@ def sample_rollouts(setup: RolloutSetup, policy_params, teacher_params, records,
     needs it, under the EMA teacher. Only dispatched: the device computes them while the caller
     goes on."""
     views = [_generate(setup, policy_params, records, jax.random.fold_in(key, view), field)
-             for view, field in enumerate(setup.view_keys)]
+             for view, field in enumerate(setup.settings.view_fields)]
     teacher = None
     if setup.source.needs_teacher:
         teacher = _generate(setup, teacher_params, records, jax.random.fold_in(key, 2))
@@ -182,15 +215,25 @@ def rm_label_metrics(scores: np.ndarray, labels: np.ndarray, group_size: int,
             f"rm_onpolicy_pair_accuracy{suffix}": wins / pairs if pairs else None}
 
 
+def all_wrong_group_metrics(labels: np.ndarray, advantages: np.ndarray, group_size: int) -> dict:
+    """Where a learned reward can steer the policy that the rule reward cannot: the fraction of
+    groups with no rule-correct rollout, and the mean |advantage| of their rollouts (None
+    without such a group). GRPO's (r - mean) / (std + eps) makes full-size advantages there out
+    of whatever differences the reward has; the rule reward gives them exactly 0."""
+    wrong = ~(np.asarray(labels) > 0.5).reshape(-1, group_size).any(axis=1)
+    size = np.abs(np.asarray(advantages, np.float64)).reshape(-1, group_size)[wrong]
+    return {"all_wrong_group_fraction": float(wrong.mean()),
+            "all_wrong_advantage_abs_mean": float(size.mean()) if size.size else None}
+
+
 # ---------------------------------------------------------------------- the batch
-def _view_batch(config, out, host_rewards: np.ndarray) -> TrainBatch:
+def _view_batch(s: RolloutSettings, out, host_rewards: np.ndarray) -> TrainBatch:
     lengths, truncated = np.asarray(out.lengths), np.asarray(out.truncated)
     shaped, loss_weight = rl.apply_overlong(
-        config.rl.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths),
-        jnp.asarray(truncated), max_len=config.rollout.max_new_tokens,
-        cache_len=config.rl.overlong_cache_len, factor=config.rl.overlong_factor)
+        s.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths), jnp.asarray(truncated),
+        max_len=s.max_new_tokens, cache_len=s.overlong_cache_len, factor=s.overlong_factor)
     behaviour = None
-    if config.rollout.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step
+    if s.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step
         # old (without the entropies, of older pending rollouts, the step recomputes them)
         behaviour = Behaviour(np.asarray(out.logprobs, np.float32),
                               None if out.entropy is None else np.asarray(out.entropy,
@@ -206,7 +249,7 @@ def _view_batch(config, out, host_rewards: np.ndarray) -> TrainBatch:
 def make_batch(setup: RolloutSetup, records, rollouts: DecodedRollouts, scored: ScoredRollouts
                ) -> TrainBatch:
     """This host's rows of the step's batch: every view's rows, then the RM's inputs of view 0."""
-    batch = TrainBatch.concat_views([_view_batch(setup.config, out, r) for out, r in
+    batch = TrainBatch.concat_views([_view_batch(setup.settings, out, r) for out, r in
                                      zip(rollouts.views, scored.host_rewards)])
     if setup.rm_tokenizer is None:
         return batch
@@ -223,29 +266,30 @@ def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollo
     """Cooper: the (positive, negative) pairs of the RM update, tokenised (one per prompt), or
     as rollout indices for a negative the step picks by the RM's scores (k per prompt); with
     `cooper.pair_label_noise`, some marked to be swapped."""
-    c = setup.config
-    spec = cooper.negative_strategy(c.cooper.negative)
+    p = setup.settings.pairs
+    spec = cooper.negative_strategy(p.negative)
     first_prompt = jax.process_index() * len(records)
-    references = cooper.reference_solutions(records) if c.cooper.reference_positive else None
+    references = cooper.reference_solutions(records) if p.reference_positive else None
     if spec.on_device:
-        pairs, stats = spec.candidates(scored.labels, setup.group_size, c.cooper.pairs_per_group,
+        pairs, stats = spec.candidates(scored.labels, setup.group_size, p.pairs_per_group,
                                        references and [r is not None for r in references])
         if references is not None:
             pairs = cooper.with_reference_positives(pairs, records, references,
                                                     setup.rm_tokenizer, setup.rm_format)
     else:
-        prompts = [data.format_prompt(c.data.prompt_template, r["question"]) for r in records]
+        prompts = [data.format_prompt(setup.settings.prompt_template, r["question"])
+                   for r in records]
         texts_, stats = cooper.build_pairs(
-            c.cooper.negative, records, texts, scored.labels, scored.extracted,
+            p.negative, records, texts, scored.labels, scored.extracted,
             setup.group_size, verifier=tools.verifier, rewriter=tools.rewriter,
-            seed=(c.seed, step), first_prompt=first_prompt, tries=c.cooper.rewrite_tries,
-            prompts=prompts, keep_rule=c.cooper.negative_check,
+            seed=(p.seed, step), first_prompt=first_prompt, tries=p.rewrite_tries,
+            prompts=prompts, keep_rule=p.negative_check,
             full_text_verifier=tools.lenient_verifier, references=references)
         pairs = cooper.tokenize_pairs(setup.rm_tokenizer, records, texts_, setup.rm_format)
-    if c.cooper.pair_label_noise:
+    if p.pair_label_noise:
         per_prompt = len(pairs.valid) // len(records)
         pairs = pairs.replace(swap=cooper.label_swaps(
-            len(pairs.valid), c.cooper.pair_label_noise, (c.seed, step, 1),
+            len(pairs.valid), p.pair_label_noise, (p.seed, step, 1),
             first_pair=first_prompt * per_prompt))
     return pairs, stats
 
@@ -276,7 +320,7 @@ def collect(setup: RolloutSetup, state, step: int, records: list[dict], tools: H
             draw: int = 0) -> PreparedBatch:
     """Rollouts of the state's policy, then the host half of the step (`prepare_batch`)."""
     samples = sample_rollouts(setup, state.policy_weights(), state.ref_params, records,
-                              rollout_key(setup.config, step, draw))
+                              rollout_key(setup.settings.seed, step, draw))
     return prepare_batch(setup, step, records, samples, tools)
 
 
@@ -284,7 +328,7 @@ def collect_informative(setup: RolloutSetup, state, step: int, pipeline, tools: 
                         ) -> PreparedBatch:
     """DAPO dynamic sampling: drop groups whose rewards are all equal, refill from further
     prompts (at most rl.dynamic_max_draws draws)."""
-    b, g = setup.config.rollout.prompts_per_step, setup.group_size
+    b, g = setup.settings.prompts_per_step, setup.group_size
     draw_metrics = []
 
     def draw():
@@ -293,7 +337,7 @@ def collect_informative(setup: RolloutSetup, state, step: int, pipeline, tools: 
         draw_metrics.append(prepared.metrics)
         return {k: v.reshape((b, g) + v.shape[1:]) for k, v in prepared.batch.to_flat().items()}
 
-    groups, stats = rl.fill_batch(draw, b, setup.config.rl.dynamic_max_draws)
+    groups, stats = rl.fill_batch(draw, b, setup.settings.dynamic_max_draws)
     batch = TrainBatch.from_flat({k: v.reshape((b * g,) + v.shape[2:]) for k, v in groups.items()})
     return PreparedBatch(batch, draw_metrics[0] | {f"dynamic/{k}": v for k, v in stats.items()})
 
@@ -327,7 +371,7 @@ class RolloutFeed:
     def __init__(self, setup: RolloutSetup, pipeline, tools: HostTools,
                  stack: contextlib.ExitStack):
         self.setup, self.pipeline, self.tools = setup, pipeline, tools
-        self.overlap = setup.config.rollout.overlap
+        self.overlap = setup.settings.overlap
         self.ahead: _Ahead | None = None
         self.executor = None
         if self.overlap:
@@ -336,9 +380,9 @@ class RolloutFeed:
 
     def next(self, step: int, state) -> PreparedBatch:
         """Batch `step`; `state`: the train state the step updates (its policy samples)."""
-        c = self.setup.config
+        s = self.setup.settings
         if not self.overlap:
-            if c.rl.dynamic_sampling:
+            if s.dynamic_sampling:
                 return collect_informative(self.setup, state, step, self.pipeline, self.tools)
             return collect(self.setup, state, step, self.pipeline.next_batch(), self.tools)
         if self.ahead is None:
@@ -347,7 +391,7 @@ class RolloutFeed:
         prepared = self.ahead.prepared.result()
         prepared.metrics["time/rollout_wait"] = time.perf_counter() - t0
         self.ahead = None
-        if step + 1 < c.train.steps:
+        if step + 1 < s.steps:
             self._prepare_ahead(step + 1, state.policy_weights())
         return prepared
 
@@ -356,7 +400,7 @@ class RolloutFeed:
         records = self.pipeline.next_batch()
         if samples is None:
             samples = sample_rollouts(self.setup, params, None, records,
-                                      rollout_key(self.setup.config, step))
+                                      rollout_key(self.setup.settings.seed, step))
         prepared = self.executor.submit(prepare_batch, self.setup, step, records, samples,
                                         self.tools)
         self.ahead = _Ahead(step, data_state, samples, prepared)
@@ -372,7 +416,7 @@ class RolloutFeed:
 
     def resume(self, step: int, meta: dict, ckpt) -> None:
         """After the pipeline's restore: prepare the checkpoint's pending batch of `step` again."""
-        if self.overlap and meta.get(PENDING_ROLLOUTS) and step < self.setup.config.train.steps:
+        if self.overlap and meta.get(PENDING_ROLLOUTS) and step < self.setup.settings.steps:
             saved = ckpt.load_rows_item(PENDING_ROLLOUTS)
             self._prepare_ahead(step, None, SampledRollouts(
                 [sampling.Rollouts(**v) for v in saved["views"]]))

@@ -2,6 +2,7 @@
 policy that sometimes succeeds."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import jax
@@ -12,7 +13,7 @@ from coop_jax import models
 from coop_jax.data import format_prompt
 from coop_jax.sampling import tokenize_prompts
 from coop_jax.models.logprobs import response_logprobs
-from coop_jax.models.tokenizer import end_token_id
+from coop_jax.hf.tokenizer import end_token_id
 from coop_jax.parallel import host
 from coop_jax.optim import ModelState, gradient_step, make_optimizer
 
@@ -97,12 +98,31 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
     return model.params, losses
 
 
-def warm_start_from_config(params, cfg: models.ModelConfig, tokenizer, records: list[dict],
-                           config) -> tuple[dict, list[float]]:
-    """`warm_start` with the `sft` and `data` sections of a coop_jax config."""
-    s = config.sft
-    return warm_start(params, cfg, tokenizer, records, template=config.data.prompt_template,
-                      steps=s.steps, batch_size=s.batch_size, learning_rate=s.learning_rate,
-                      warmup_steps=s.warmup_steps, max_prompt_len=config.data.max_prompt_len,
-                      max_len=s.max_len, seed=config.seed, kernel_impl=config.kernels.impl,
-                      chat=config.data.chat_template, corrupt_fraction=s.corrupt_fraction)
+@dataclasses.dataclass(frozen=True)
+class SFTSettings:
+    """`warm_start`'s settings, read once from the config's `sft` and `data` sections by the
+    entry point (`from_config`)."""
+    template: str
+    steps: int
+    batch_size: int
+    learning_rate: float
+    warmup_steps: int
+    max_prompt_len: int
+    max_len: int
+    seed: int
+    kernel_impl: str = "auto"
+    chat: bool = False
+    corrupt_fraction: float = 0.0
+
+    @classmethod
+    def from_config(cls, config) -> "SFTSettings":
+        s, d = config.sft, config.data
+        return cls(d.prompt_template, s.steps, s.batch_size, s.learning_rate, s.warmup_steps,
+                   d.max_prompt_len, s.max_len, config.seed, config.kernels.impl,
+                   bool(d.chat_template), s.corrupt_fraction)
+
+
+def warm_start_with(settings: SFTSettings, params, cfg: models.ModelConfig, tokenizer,
+                    records: list[dict]) -> tuple[dict, list[float]]:
+    """`warm_start` with `settings`."""
+    return warm_start(params, cfg, tokenizer, records, **dataclasses.asdict(settings))

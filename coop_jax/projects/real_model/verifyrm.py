@@ -46,8 +46,8 @@ from coop_jax.data.synthetic import solution_error_kind
 from coop_jax.projects.reward_hacking import plan_inputs
 from coop_jax.projects import rm_corpus, run_store
 from coop_jax.jsonl import read_jsonl
-from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
-from coop_jax.trainer.rewards import extraction_mode
+from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer
+from coop_jax.trainer.loop import run_extraction_mode
 from coop_jax.rm.input import check_triples, read_triples
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.rm.train import label_balance, train_reward_model
@@ -202,7 +202,7 @@ def corpus(fv, config, generator_dir: str, plan: dict) -> tuple[str, str]:
         judge = http_judge(config.rm_train.judge_url, config.rm_train.judge_model,
                            max_tokens=config.rm_train.judge_max_tokens,
                            concurrency=config.rm_train.judge_concurrency)
-    extraction = extraction_mode(config)
+    extraction = run_extraction_mode(config)
     with RuleVerifier(int(config.verifier.num_workers), float(config.verifier.timeout_s),
                       extraction=extraction) as verifier:
         for i, (name, splits) in enumerate(plan.items()):

@@ -55,7 +55,7 @@ from coop_jax.projects.reward_hacking import hack_probes, plan_inputs, results_p
 from coop_jax.projects import rm_corpus, run_store
 from coop_jax.projects.reward_hacking.arms import (  # noqa: F401
     ARM_OVERRIDES, ARMS, _methods, _seeds, expected_runs)
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm.input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.verify import RuleVerifier
@@ -72,7 +72,8 @@ def sft_policy(config, out_dir: str) -> str:
     records, _, _ = train.load_records(config)
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
     cfg, params = train.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed))
-    params, losses = sft.warm_start_from_config(params, cfg, tokenizer, records, config)
+    params, losses = sft.warm_start_with(sft.SFTSettings.from_config(config), params, cfg,
+                                         tokenizer, records)
     log.info("SFT: loss %.3f -> %.3f", losses[0], losses[-1])
     hf.save(hf.from_params(cfg, jax.device_get(params), tokenizer_dir=CHAR_TOKENIZER_DIR,
                            pad_token_id=tokenizer.pad_token_id), out_dir)
@@ -218,7 +219,7 @@ def probe_set(config, out_path: str) -> str:
         records = train.load_records(config).heldout[:n]
         hack_probes.write_probes(out_path, hack_probes.build_probes(
             records, answer_format=config.data.synthetic.answer_format,
-            extraction=rewards.extraction_mode(config), seed=config.seed))
+            extraction=train.run_extraction_mode(config), seed=config.seed))
     return out_path
 
 

@@ -193,7 +193,7 @@ def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], qu
     from coop_jax.trainer import loop as train
     from coop_jax.projects.reward_hacking.arms import ARMS
     from coop_jax.projects.reward_hacking.driver import run_config
-    from coop_jax.models.tokenizer import load_tokenizer
+    from coop_jax.hf.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer()
     static = checkpoint.load_model(os.path.join(workdir, "static_rm_portable"), "rm")

@@ -72,7 +72,7 @@ def portable_rm(config, trained_dir: str, train_path: str, heldout_path: str, ou
     whose held-out accuracy and AUC are measured on the decoded parameters; that summary."""
     from coop_jax.rm.input import read_triples
     from coop_jax.rm.scoring import evaluate_reward_model
-    from coop_jax.models.tokenizer import load_tokenizer
+    from coop_jax.hf.tokenizer import load_tokenizer
     from coop_jax.rm.train.loop import input_format
     summary_path = os.path.join(out_dir, "rm_summary.json")
     if os.path.exists(summary_path):

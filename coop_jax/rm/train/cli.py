@@ -33,7 +33,9 @@ from ml_collections import config_flags
 
 from coop_jax import checkpoint, console, data, hf, parallel
 from coop_jax import config as config_lib
-from coop_jax.models.tokenizer import load_tokenizer, prepare_tokenizer
+from coop_jax.data.sources import check_data_files
+from coop_jax.hf.sources import check_model_path
+from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer
 from coop_jax.rm.input import read_triples, write_triples
 from coop_jax.rm.train import default_config
 from coop_jax.rm.train.loop import config_mesh, train_reward_model
@@ -94,10 +96,10 @@ def _check_build_paths(fv) -> None:
     a checkpoint's own config may name the dataset: then only the folder is checked here)."""
     config = fv.config
     r = config.rm_train
-    console.check_model_path("config.rm_train.policy_hf", r.policy_hf)
+    check_model_path("config.rm_train.policy_hf", r.policy_hf)
     console.check_folder("config.rm_train.policy_checkpoint", r.policy_checkpoint)
     known = r.dataset or fv["config"].present or r.policy_hf
-    console.check_data_files("config.rm_train.data_dir" if r.data_dir else "config.data.data_dir",
+    check_data_files("config.rm_train.data_dir" if r.data_dir else "config.data.data_dir",
                              (r.dataset or config.data.dataset) if known else None,
                              r.data_dir or config.data.data_dir, {"config.rm_train.split": r.split})
 
@@ -175,7 +177,7 @@ def _train_mode(fv) -> dict:
             raise UsageError(f"config.rm_train.{name} is required for rm_train.mode='train'")
     for name in ("triples", "heldout"):
         console.check_file(f"config.rm_train.{name}", r[name])
-    console.check_model_path("config.rm_train.init_hf", r.init_hf)
+    check_model_path("config.rm_train.init_hf", r.init_hf)
     try:
         train = read_triples(r.triples)
         held = read_triples(r.heldout) if r.heldout else None

@@ -29,10 +29,10 @@ from coop_jax import checkpoint, data, hf, models, parallel
 from coop_jax import config as config_lib
 from coop_jax.hf.build import load_model
 from coop_jax.metrics_writer import MetricWriter
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
+from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
 from coop_jax.optim import (SCHEDULES, WEIGHT_DECAY_MASKS, accumulate_gradients, apply_gradients,
                             split_micro_batches)
-from coop_jax.rm.input import RMInputFormat, check_triples, rm_input_format
+from coop_jax.rm.input import RMInputFormat, check_triples
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.rm.train.triples import drop_overlong, label_balance
 from coop_jax.sampling import fixed_batches
@@ -56,7 +56,7 @@ def input_format(config) -> RMInputFormat:
     completions cut by characters. Training uses it with `rm_train.char_cut`."""
     r = config.rm_train
     template = r.template or data.DEFAULT_TEMPLATES.get(r.dataset, config.data.prompt_template)
-    return rm_input_format(config, max_len=r.max_len, template=template)
+    return RMInputFormat.from_config(config, max_len=r.max_len, template=template)
 
 
 class RMState(flax.struct.PyTreeNode):

@@ -12,7 +12,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax import checkpoint, console, hf, parallel
-from coop_jax.models.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
+from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 
 
 def export(checkpoint_dir: str, out_dir: str, which: str = "policy", step: int | None = None

@@ -3,7 +3,7 @@
 The character-level tokenizer is the embedded (offline) default. It is built with HF `tokenizers`
 and saved as `tokenizer.json` + `tokenizer_config.json`, so
 `transformers.AutoTokenizer.from_pretrained(CHAR_TOKENIZER_DIR)` loads it like any real model's
-tokenizer. Regenerate with `python -m coop_jax.models.tokenizer`.
+tokenizer. Regenerate with `python -m coop_jax.hf.tokenizer`.
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import string
+
+from coop_jax.hf.sources import local_folder
 
 CHAR_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "assets",
                                   "char_tokenizer")
@@ -93,7 +95,6 @@ def load_tokenizer(path: str | None = None):
 
     path = path or CHAR_TOKENIZER_DIR
     if not os.path.isdir(path):
-        from coop_jax.hf.sources import local_folder  # lazy: coop_jax.hf builds on models
         path = local_folder(path)
     config_path = os.path.join(path, "tokenizer_config.json")
     if os.path.isfile(config_path):

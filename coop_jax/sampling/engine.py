@@ -1,0 +1,245 @@
+"""Continuous-batching sampler: a fixed pool of decode slots that take the next queued request as
+soon as their row finishes.
+
+Why: response lengths are long-tailed. `sampler.generate` decodes all B*G rows in lock step until
+the longest one stops, so every step pays for rows that finished long ago. Here a decode step
+costs `slots` rows however many requests there are, and a finished row is replaced at once.
+
+Design (everything static-shaped, one `lax.while_loop`):
+  * a request is one (prompt, sample) pair; the R = B*G requests are queued prompt-major (request
+    r is sample r % G of prompt r // G), the row order of `Rollouts`, and written into [R, N]
+    output buffers at [request, step];
+  * every prompt is prefilled once, up front, into a [B, ..., P] cache; its last hidden state,
+    key mask and length are kept with it, and its G samples all copy from there;
+  * a slot is one row of a [S, ..., P + N] KV cache plus its request id, its step within that
+    request, its next-token hidden state, its key mask and rotary position. Refilling a slot
+    copies its new prompt's cache into columns [0, P) and resets the rest; the columns of an
+    earlier request left beyond P are masked out by the key mask;
+  * `forward_with_cache` writes every row at one shared cache index, while slots sit at
+    different steps. So the last cache column is a scratch column that is always valid in the
+    key mask: every decode step writes all rows there (attention then sees the new token, plus
+    the row's valid earlier columns), and afterwards each row's scratch keys/values are copied
+    into its own column P + step (one per-row scatter). Keys are stored after RoPE, so a key's
+    column only matters through the mask; the model code is unchanged;
+  * randomness is per request: token t of request (b, g) is drawn with
+    fold_in(fold_in(fold_in(key, b), g), t) as a one-row draw, so the samples depend on neither
+    the slot a request lands in nor the slot count. `kernels.fused_sample` takes one key for
+    all its rows, so sampled rows are one-row calls under `jax.vmap` (on the xla path, which
+    batches them into one matmul; see `_row_sampler`). Greedy decoding (temperature 0) needs no
+    keys and samples every slot in one call of the configured kernel.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from coop_jax import kernels, models
+from coop_jax.kernels import _common
+from coop_jax.sampling import sampler
+from coop_jax.sampling.sampler import Rollouts, SamplingConfig
+
+Array = jax.Array
+
+
+class _Prompts(NamedTuple):
+    """Every prompt prefilled once: what a slot copies when it takes one of its requests."""
+    cache: models.KVCache  # [B, KV, P, hd] / [B, KV, hd, P] leaves (leading [L] when scanned)
+    hidden: Array  # [B, D] last prompt token's hidden state
+    kv_mask: Array  # [B, P + N] the prompt's key mask in a slot's cache (scratch column on)
+    lengths: Array  # [B] rotary position of the first response token
+
+
+class _Slots(NamedTuple):
+    req: Array  # [S] request id; R = idle (the queue is empty)
+    step: Array  # [S] index of the token the slot samples next
+    hidden: Array  # [S, D]
+    cache: models.KVCache  # [S, ..., P + N]
+    kv_mask: Array  # [S, P + N]
+    positions: Array  # [S]
+    queue: Array  # () next request to hand out
+    tokens: Array  # [R, N]
+    logps: Array  # [R, N]
+    ents: Array  # [R, N]
+
+
+def _pairs(cfg: models.ModelConfig, cache: models.KVCache) -> tuple:
+    """The cache as (k, v) pairs: one per layer, or the one stacked pair with scan_layers."""
+    return (cache,) if cfg.scan_layers else tuple(cache)
+
+
+def _unpairs(cfg: models.ModelConfig, pairs) -> models.KVCache:
+    return tuple(pairs[0]) if cfg.scan_layers else tuple(tuple(kv) for kv in pairs)
+
+
+def _keep_scratch(cfg: models.ModelConfig, cache: models.KVCache, cols: Array) -> models.KVCache:
+    """Copy each row's scratch (last) column of keys/values into its column `cols[row]`."""
+    def copy(x, time_axis):  # time_axis counted from the end: -2 for keys, -1 for values
+        def row(r, col):
+            t = r.ndim + time_axis
+            src = jax.lax.index_in_dim(r, r.shape[t] - 1, axis=t)
+            return jax.lax.dynamic_update_slice_in_dim(r, src, col, axis=t)
+        batch = x.ndim - 4
+        return jax.vmap(row, in_axes=(batch, 0), out_axes=batch)(x, cols)
+    return _unpairs(cfg, [(copy(k, -2), copy(v, -1)) for k, v in _pairs(cfg, cache)])
+
+
+def _copy_prompts(cfg: models.ModelConfig, cache: models.KVCache, prompt_cache: models.KVCache,
+                  rows: Array, prompts: Array) -> models.KVCache:
+    """Slot cache with columns [0, P) of rows `rows` (>= S: left alone) set to `prompts`' caches."""
+    def put(x, src, time_axis):
+        lead = (slice(None),) * (x.ndim - 4)
+        span = [slice(None)] * 3
+        span[time_axis] = slice(0, src.shape[time_axis])
+        return x.at[lead + (rows,) + tuple(span)].set(jnp.take(src, prompts, axis=-4),
+                                                      mode="drop")
+    return _unpairs(cfg, [(put(k, pk, -2), put(v, pv, -1))
+                          for (k, v), (pk, pv) in zip(_pairs(cfg, cache),
+                                                      _pairs(cfg, prompt_cache))])
+
+
+def _refill(cfg: models.ModelConfig, state: _Slots, free: Array, prompts: _Prompts,
+            g: int) -> _Slots:
+    """Hand the next queued requests, in slot order, to the `free` slots; slots left without
+    one go idle."""
+    s, r = free.shape[0], state.tokens.shape[0]
+    new_req = state.queue + jnp.cumsum(free.astype(jnp.int32)) - 1
+    take = free & (new_req < r)
+    prompt = jnp.where(take, new_req // g, 0)
+    rows = jnp.where(take, jnp.arange(s), s)  # out of range: the scatter drops the row
+    keep = lambda new, old: jnp.where(take.reshape((s,) + (1,) * (old.ndim - 1)), new, old)
+    return state._replace(
+        req=jnp.where(free, jnp.where(take, new_req, r), state.req),
+        step=keep(0, state.step),
+        hidden=keep(prompts.hidden[prompt], state.hidden),
+        cache=_copy_prompts(cfg, state.cache, prompts.cache, rows, prompt),
+        kv_mask=keep(prompts.kv_mask[prompt], state.kv_mask),
+        positions=keep(prompts.lengths[prompt], state.positions),
+        queue=jnp.minimum(state.queue + free.sum(dtype=jnp.int32), r))
+
+
+def _prefill(params: dict, cfg: models.ModelConfig, tokens: Array, mask: Array,
+             n: int) -> _Prompts:
+    """Left-aligned prompts [B, P] -> their caches, last hidden states, slot key masks, lengths."""
+    b, p = tokens.shape
+    hidden, cache = models.forward_with_cache(params, cfg, tokens, models.positions_from_mask(mask),
+                                              mask, models.init_cache(cfg, b, p), jnp.int32(0))
+    scratch = jnp.zeros((b, n), bool).at[:, -1].set(True)
+    return _Prompts(cache, hidden[:, -1], jnp.concatenate([mask, scratch], axis=1),
+                    mask.sum(-1).astype(jnp.int32))
+
+
+def _row_sampler(scfg: SamplingConfig, unembed: Array, impl: str, rows: int, key: Array):
+    """`(hidden [S, D], prompt [S], sample [S], step [S]) -> (tokens, logps, entropies)`."""
+    def kw(impl):
+        tile = sampler.decode_vocab_tile(impl, rows, unembed.shape[1])
+        if tile is None and impl == "xla":  # sized for the S rows, not the vmapped single row
+            tile = _common.default_xla_vocab_tile(rows, unembed.shape[1])
+        return dict(impl=impl, valid_vocab=scfg.valid_vocab, vocab_tile=tile)
+
+    if scfg.temperature <= _common.GREEDY_TEMPERATURE:  # argmax: the key is never read
+        def greedy(hidden, prompt, sample, step):
+            return kernels.fused_sample(key, hidden, unembed, scfg.temperature, scfg.top_k,
+                                        scfg.top_p, **kw(impl))
+        return greedy
+
+    # fused_sample draws all rows from one key, so each row is its own one-row call under vmap.
+    # On the xla path that is still one [S, D] x [D, tile] matmul per vocabulary tile; a vmapped
+    # Pallas kernel would instead stream the whole unembedding once per row, so those rows take
+    # the xla path (same tokens: every impl reproduces jax.random.categorical for the key).
+    row_kw = kw("xla" if impl.startswith("pallas") else impl)
+
+    def one(k, h):
+        return kernels.fused_sample(k, h[None], unembed, scfg.temperature, scfg.top_k,
+                                    scfg.top_p, **row_kw)
+
+    def sample_rows(hidden, prompt, sample, step):
+        fold = jax.random.fold_in
+        keys = jax.vmap(lambda b, g, t: fold(fold(fold(key, b), g), t))(prompt, sample, step)
+        tok, logp, ent = jax.vmap(one)(keys, hidden)
+        return tok[:, 0], logp[:, 0], ent[:, 0]
+    return sample_rows
+
+
+def _decode_step(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, sample_rows,
+                 prompts: _Prompts, state: _Slots) -> _Slots:
+    """Sample every busy slot's next token, feed it back, refill the slots that finished."""
+    g, n = scfg.num_samples, scfg.max_new_tokens
+    r, (s, width) = state.tokens.shape[0], state.kv_mask.shape
+    scratch = width - 1
+    busy = state.req < r
+    tok, logp, ent = sample_rows(state.hidden, state.req // g, state.req % g, state.step)
+    out = (jnp.where(busy, state.req, r), state.step)  # idle slots write out of range: dropped
+    finished = busy & (jnp.isin(tok, jnp.asarray(scfg.eos_ids, jnp.int32)) | (state.step == n - 1))
+    hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], state.positions[:, None],
+                                              state.kv_mask, state.cache, jnp.int32(scratch))
+    # a row that goes on keeps its token at column P + step; the others copy scratch onto itself
+    cols = jnp.where(busy & ~finished, scratch - n + 1 + state.step, scratch)
+    state = state._replace(
+        step=state.step + 1, hidden=hidden[:, 0], cache=_keep_scratch(cfg, cache, cols),
+        kv_mask=state.kv_mask.at[jnp.arange(s), cols].set(True), positions=state.positions + 1,
+        tokens=state.tokens.at[out].set(tok.astype(jnp.int32), mode="drop"),
+        logps=state.logps.at[out].set(logp, mode="drop"),
+        ents=state.ents.at[out].set(ent, mode="drop"))
+    return jax.lax.cond(jnp.any(finished), lambda st: _refill(cfg, st, finished, prompts, g),
+                        lambda st: st, state)
+
+
+def _rollouts(scfg: SamplingConfig, prompt_tokens: Array, prompt_mask: Array, tokens: Array,
+              logps: Array, ents: Array) -> Rollouts:
+    """Lengths, masks and the truncation flag from the response tokens, as `generate` does."""
+    g, n = scfg.num_samples, scfg.max_new_tokens
+    is_stop = jnp.isin(tokens, jnp.asarray(scfg.eos_ids, jnp.int32))
+    stopped = jnp.any(is_stop, -1)
+    lengths = jnp.where(stopped, jnp.argmax(is_stop, -1) + 1, n)
+    mask = jnp.arange(n)[None, :] < lengths[:, None]
+    repeat = lambda x: jnp.repeat(x, g, axis=0)
+    return Rollouts(repeat(prompt_tokens), repeat(prompt_mask), tokens, logps, mask,
+                    lengths.astype(jnp.int32), ~stopped, ents)
+
+
+def _check_slots(slots: int) -> None:
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+        raise ValueError(f"rollout.slots must be an int >= 1, got {slots!r}")
+
+
+def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig,
+                        prompt_tokens: Array, prompt_mask: Array, key: Array, *, slots: int,
+                        backend: str | None = None) -> Rollouts:
+    """`sampler.generate`'s rollouts (same layout and semantics) decoded `slots` rows at a time,
+    each slot taking the next queued request when its row finishes. Call under `jax.jit` (see
+    `make_continuous`); `backend` as in `generate`."""
+    _check_slots(slots)
+    g, n = scfg.num_samples, scfg.max_new_tokens
+    prompt_tokens, prompt_mask = sampler.left_align(prompt_tokens, prompt_mask.astype(bool),
+                                                    scfg.pad_id)
+    b, p = prompt_tokens.shape
+    r = b * g
+    s = min(slots, r)  # more slots than requests would only decode idle rows
+    unembed = models.unembed_matrix(params, cfg)
+    prompts = _prefill(params, cfg, prompt_tokens, prompt_mask, n)
+
+    hidden = jnp.zeros((s,) + prompts.hidden.shape[1:], prompts.hidden.dtype)
+    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend=backend)
+    sample_rows = _row_sampler(scfg, unembed, impl, s, key)
+
+    zeros = jnp.zeros((r, n), jnp.float32)
+    idle = jnp.full((s,), r, jnp.int32)
+    state = _Slots(idle, jnp.zeros((s,), jnp.int32), hidden, models.init_cache(cfg, s, p + n),
+                   jnp.zeros((s, p + n), bool), jnp.zeros((s,), jnp.int32), jnp.int32(0),
+                   jnp.full((r, n), scfg.pad_id, jnp.int32), zeros, zeros)
+    state = _refill(cfg, state, jnp.ones((s,), bool), prompts, g)
+    state = jax.lax.while_loop(
+        lambda st: jnp.any(st.req < r),
+        functools.partial(_decode_step, params, cfg, scfg, sample_rows, prompts), state)
+    return _rollouts(scfg, prompt_tokens, prompt_mask, state.tokens, state.logps, state.ents)
+
+
+@functools.lru_cache(maxsize=32)
+def make_continuous(cfg: models.ModelConfig, scfg: SamplingConfig, slots: int):
+    """A jitted `(params, prompt_tokens, prompt_mask, key) -> Rollouts` for fixed configs."""
+    _check_slots(slots)
+    return jax.jit(lambda params, tokens, mask, key: generate_continuous(
+        params, cfg, scfg, tokens, mask, key, slots=slots))
