@@ -78,13 +78,19 @@ def test_arms_share_everything_but_reward_and_negative():
     # issue 38's arms: hard negatives, the sham control, the two mechanism arms
     assert configs["cooper_rollout_hardest"].cooper.negative == "rollout_hardest"
     assert configs["cooper_rollout_hardest"].cooper.pair_label_noise == 0.0
-    sham = configs["sham_cooper"]
-    assert sham.cooper.negative == "rollout_hardest" and sham.cooper.pair_label_noise == 0.5
+    new_arm, sham = configs["cooper_hardest_ref"], configs["sham_cooper"]
+    assert new_arm.cooper.negative == "rollout_hardest" and new_arm.cooper.reference_positive
+    assert not configs["cooper_rollout_hardest"].cooper.reference_positive
+    # the sham control is attempt 3's new arm with half its pairs' labels swapped, nothing else
+    assert sham.cooper.pair_label_noise == 0.5 and new_arm.cooper.pair_label_noise == 0.0
+    assert dict(sham.to_dict(), cooper=dict(sham.cooper.to_dict(), pair_label_noise=0.0)) == \
+        new_arm.to_dict()
     assert configs["static_rm_drgrpo"].rl.advantage == "drgrpo"
     assert configs["static_rm"].rl.advantage == "grpo" and not configs["static_rm"].reward.threshold
     assert configs["static_rm_threshold"].reward.threshold is True
     from coop_jax.trainer.loop import validate_config
-    for arm in ("cooper_rollout_hardest", "sham_cooper", "static_rm_drgrpo", "static_rm_threshold"):
+    for arm in ("cooper_rollout_hardest", "cooper_hardest_ref", "sham_cooper", "static_rm_drgrpo",
+                "static_rm_threshold"):
         validate_config(configs[arm], device_count=1)
     with pytest.raises(ValueError, match="experiment.methods"):
         reward_hacking.run_config(config, "cooper_magic", 0, "", "", "")
@@ -690,3 +696,29 @@ def test_the_recorded_cpu_tells_vector_widths_apart(tmp_path):
     assert (reward_hacking.cpu_model(cpuinfo("fpu avx2 avx512f avx512dq"))
             == "AMD EPYC (family 25 model 1, AVX-512)")
     assert reward_hacking.cpu_model(str(tmp_path / "missing")) != ""
+
+
+def test_attempt_3_draw_1_runs_beside_attempt_2_and_draw_2_changes_only_the_draw():
+    """configs/toy_hacking_attempt3.py is attempt 2's settings (its kept runs' recorded settings
+    accept it) with attempt 3's new arms; configs/toy_hacking_draw2.py changes only what draws
+    the inputs (the SFT start's and the corpus generators' seeds, the RM's training seed), the
+    headroom check and where results go."""
+    import json
+
+    from coop_jax.config import load_config_file
+    from coop_jax.console import config_fields
+    from coop_jax.projects import run_store
+    draw1 = load_config_file("configs/toy_hacking_attempt3.py")
+    with open("docs/results/reward_hacking/runs/static_rm_s0/summary.json") as fh:
+        kept = json.load(fh)["settings"]
+    assert run_store.settings_diff(kept, run_store.settings(draw1)) == []
+    assert reward_hacking._methods(draw1.experiment.methods) == [
+        "cooper_hardest_ref", "sham_cooper", "static_rm_drgrpo"]
+    base = dict(config_fields(load_config_file("configs/toy_hacking.py").to_dict()))
+    draw2 = dict(config_fields(load_config_file("configs/toy_hacking_draw2.py").to_dict()))
+    changed = {k for k in base if base[k] != draw2[k]}
+    assert changed == {"seed", "rm_train.seed", "experiment.corpus_sft_policies",
+                       "experiment.headroom_max_accuracy", "experiment.methods",
+                       "experiment.results_dir"}
+    assert draw2["experiment.corpus_sft_policies"].replace("10", "") == \
+        base["experiment.corpus_sft_policies"]  # the same generators, other seeds

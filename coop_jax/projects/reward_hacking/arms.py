@@ -19,18 +19,22 @@ ARMS = {
     # "random"), for how much of an arm's gain has nothing to do with its reward.
     "random": ("random", None),
     # Why Cooper reduced the hack without preventing it (beyond the paper; not in the default
-    # methods): Cooper with the RM's own hardest wrong rollout as the negative; the sham
-    # control (the same pairs with half their labels swapped); and the two mechanism arms for
-    # the all-wrong-group route (advantages without the std division, and the RM's reward
+    # methods; attempt 3's plan, docs/results/reward_hacking/attempt_3_plan.md): Cooper with the
+    # RM's own hardest wrong rollout as the negative, alone and with the reference solution as
+    # the positive of groups without a correct rollout (attempt 3's new arm); the sham control
+    # (the new arm's pairs with half their labels swapped); and the two mechanism arms for the
+    # all-wrong-group route (advantages without the std division, and the RM's reward
     # thresholded at 0.5).
     "cooper_rollout_hardest": ("cooper", "rollout_hardest"),
+    "cooper_hardest_ref": ("cooper", "rollout_hardest"),
     "sham_cooper": ("cooper", "rollout_hardest"),
     "static_rm_drgrpo": ("static_rm", None),
     "static_rm_threshold": ("static_rm", None),
 }
 # arm -> further config fields that set it apart (dotted field -> value)
 ARM_OVERRIDES = {
-    "sham_cooper": {"cooper.pair_label_noise": 0.5},
+    "cooper_hardest_ref": {"cooper.reference_positive": True},
+    "sham_cooper": {"cooper.reference_positive": True, "cooper.pair_label_noise": 0.5},
     "static_rm_drgrpo": {"rl.advantage": "drgrpo"},
     "static_rm_threshold": {"reward.threshold": True},
 }
