@@ -134,10 +134,16 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
     """Cooper with rollout.overlap: 2 x 4 devices log the metrics of 1 x 8. The step-2
     checkpoint holds the pending rollouts of step 2, global arrays written by both processes;
     after kill -9 of both during step 4, the resumed run logs step 3 again as the killed run
-    logged it, and goes on as the 1-process run."""
+    logged it, and goes on as the 1-process run. The pairs take every option whose rows depend
+    on the host's place: negatives chosen on device by the RM's scores (rollout_hardest, 2 per
+    group), the reference solution as the positive of all-wrong groups (tokenised by each host
+    for its prompts), and sham label swaps drawn per pair over all hosts."""
     env = _env(tmp_path)
     overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True",
-                 "--config.rl.entropy_coef=0.05")
+                 "--config.rl.entropy_coef=0.05", "--config.cooper.negative=rollout_hardest",
+                 "--config.rollout.group_size=4", "--config.cooper.pairs_per_group=2",
+                 "--config.cooper.reference_positive=True",
+                 "--config.cooper.pair_label_noise=0.5")
     one, killed = tmp_path / "one", tmp_path / "killed"
     _one_process(_train_command(one, 4, *overrides), env)
     launcher = subprocess.Popen(
@@ -162,6 +168,9 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
     assert launcher.wait(timeout=120) != 0
     assert not (killed / "summary.json").exists()
     assert "pairs/valid" in before_kill[-1] and "rm_loss" in before_kill[-1]
+    # every step forms pairs, with hard negatives ranked on device against reference positives
+    assert all(r["pairs/valid"] > 0 and r["pairs/reference_positive"] > 0
+               for r in _rows(one)[1:])
     _assert_same_metrics(_rows(one)[:4], before_kill)
     _two_processes(_train_command(killed, 4, *overrides), env, capfd)
     from coop_jax import checkpoint
