@@ -263,6 +263,15 @@ def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifi
         cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)
 
 
+def test_padding_waste_by_hand():
+    """Lengths 2, 4, 4, 8: the static batch decodes 8 steps for each of 4 rows (32 row-steps),
+    18 of them useful: 14/32 = 0.4375 wasted; equal lengths waste nothing."""
+    import jax.numpy as jnp
+    from coop_jax.trainer.rollouts import padding_waste
+    assert float(padding_waste(jnp.array([2, 4, 4, 8]))) == pytest.approx(0.4375)
+    assert float(padding_waste(jnp.array([5, 5]))) == 0.0
+
+
 def test_all_wrong_group_metrics_by_hand():
     """G = 2, three groups: labels (1, 0), (0, 0), (0, 0): two of three groups hold no correct
     rollout; their advantages (0.5, -0.5) and (1, -3) have mean |advantage| (0.5+0.5+1+3)/4."""

@@ -60,6 +60,7 @@ def test_every_reward_type_trains(reward_type, tmp_path):
         _check_export(tmp_path)
     if reward_type in ("majority_vote", "corewarding_1", "corewarding_2"):
         assert "pseudo_label_accuracy" in rows[0]
+    assert all(0.0 <= r["rollout/padding_waste"] < 1.0 for r in rows)
     if reward_type != "corewarding_1":  # one trained view: each rollout has its rule label
         assert all(0.0 <= r["all_wrong_group_fraction"] <= 1.0 for r in rows)
         if reward_type == "rule":  # an all-wrong group's rule rewards are equal: no advantage

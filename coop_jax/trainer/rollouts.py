@@ -99,6 +99,11 @@ class SampledRollouts:
     """A step's sampler outputs: device arrays that may still be being computed."""
     views: list                               # sampling.Rollouts, one per trained view
     teacher: sampling.Rollouts | None = None  # the EMA teacher's (needs_teacher)
+    padding_waste: Any = None  # () replicated: `padding_waste` of view 0's lengths
+
+    def __post_init__(self):
+        if self.padding_waste is None:
+            self.padding_waste = padding_waste(self.views[0].lengths)
 
 
 @dataclasses.dataclass
@@ -129,6 +134,15 @@ class PreparedBatch:
 
 
 # ---------------------------------------------------------------------- sample
+@jax.jit
+def padding_waste(lengths):
+    """The share of a static batch's decode row-steps spent on rows that had already finished:
+    every row runs until the longest stops, so 1 - mean(length) / max(length) over all hosts'
+    rows (computed on device, on the main thread: the arrays are global)."""
+    lengths = lengths.astype(jnp.float32)
+    return 1.0 - lengths.mean() / jnp.maximum(lengths.max(), 1.0)
+
+
 def rollout_key(seed: int, step: int, draw: int = 0):
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), step), draw)
 
@@ -312,7 +326,10 @@ def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],
     out = rollouts.views[0]
     metrics.update(response_length=float(np.asarray(out.lengths).mean()),
                    truncated_fraction=float(np.asarray(out.truncated).mean()),
-                   generated_tokens=int(np.asarray(out.mask).sum()))
+                   generated_tokens=int(np.asarray(out.mask).sum()),
+                   # replicated: this host's copy (no collective: this may run in a thread)
+                   **{"rollout/padding_waste": float(
+                       samples.padding_waste.addressable_shards[0].data)})
     return PreparedBatch(batch, metrics, scored.pending, scored.labels)
 
 
