@@ -45,7 +45,6 @@ from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models import lora
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.optim import make_optimizer
-from coop_jax.rm.input import RMInputFormat
 from coop_jax.rm.load import RMSource, load_reward_model
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
                                        RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
@@ -297,7 +296,8 @@ class Trainer:
         self.resuming = self.ckpt.latest_step() is not None
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = self._policy(tokenizer, key)
-        self.rm = (load_reward_model(RMSource.from_config(config), tokenizer, self.mesh, key)
+        rm_source = RMSource.from_config(config)  # the RM and the run's RM input format
+        self.rm = (load_reward_model(rm_source, tokenizer, self.mesh, key)
                    if source.needs_rm else None)
         self.state = self._initial_state(policy_params, source)
         valid_vocab = min(len(tokenizer), self.policy_cfg.vocab_size)
@@ -308,7 +308,7 @@ class Trainer:
         self.setup = RolloutSetup(
             RolloutSettings.from_config(config, source), self.mesh, source, tokenizer,
             self._sampler(tokenizer, valid_vocab), rm_tokenizer=self.rm and self.rm.tokenizer,
-            rm_format=RMInputFormat.from_config(config) if self.rm else None,
+            rm_format=rm_source.fmt if self.rm else None,
             reward_options=rewards.REWARD_SOURCES.options(config.reward.type, config))
         self.eval_settings = evaluators.EvalSettings.from_config(config)
         self.probe_settings = probes.ProbeSettings.from_config(config)

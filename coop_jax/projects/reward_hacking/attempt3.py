@@ -105,12 +105,13 @@ def arm_gap(arms: dict[str, list[dict]], arm: str) -> dict:
 
 
 # ---------------------------------------------------------------------- the plan's words
-def _below(c: dict, bound: float = 0.0) -> bool | None:
-    return None if not c.get("ran") or c.get("ci_high") is None else c["ci_high"] < bound
+def _below(c: dict) -> bool | None:
+    """The interval lies below 0 (None: not run or no interval)."""
+    return None if not c.get("ran") or c.get("ci_high") is None else c["ci_high"] < 0
 
 
-def _above(c: dict, bound: float = 0.0) -> bool | None:
-    return None if not c.get("ran") or c.get("ci_low") is None else c["ci_low"] > bound
+def _above(c: dict) -> bool | None:
+    return None if not c.get("ran") or c.get("ci_low") is None else c["ci_low"] > 0
 
 
 def verdicts(result: dict) -> dict:
