@@ -49,6 +49,7 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from coop_jax import config as config_lib, models, parallel, rl, sampling  # noqa: E402
+from coop_jax.hf.build import model_config  # noqa: E402
 from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu, partition  # noqa: E402
 from coop_jax.optim import make_optimizer  # noqa: E402
 from coop_jax.trainer.batch import TrainBatch  # noqa: E402
@@ -228,7 +229,7 @@ def sampler_program(mesh):
     config on `mesh`, kernels.impl = "auto" resolved for the platform of the mesh's devices."""
     plan = _memory_plan()
     config = plan.load_config(plan.DEFAULT_CONFIG)
-    cfg, r = config_lib.model_config(config.model), config.rollout
+    cfg, r = model_config(config.model), config.rollout
     scfg = sampling.SamplingConfig(
         max_new_tokens=r.max_new_tokens, eos_ids=QWEN_EOS, pad_id=QWEN_PAD,
         temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
