@@ -13,8 +13,9 @@ layouts and the partitioning of a multi-chip program only show up when libtpu co
            replicated (tensor = 1) or split (tensor > 1): the kernels alone (bf16, same shapes,
            shard_map-partitioned) and a tiny-model GRPO train step (jit_step) with
            kernels.impl = "pallas_tpu";
-  sampler  v5e:2x2 and v5e:4x4 slices: the KV-cache sampler (`sampling.generate`) at Qwen2.5-1.5B
-           shapes and the rollout sizes of configs/qwen2_5_1_5b_gsm8k.py, parameters sharded as
+  sampler  v5e:2x2 and v5e:4x4 slices: both rollout engines, the static KV-cache sampler
+           (`sampling.generate`) and the continuous-batching one (`generate_continuous`, 32
+           decode slots for the 64 rows), at Qwen2.5-1.5B shapes and the rollout sizes of configs/qwen2_5_1_5b_gsm8k.py, parameters sharded as
            the trainer shards them, with kernels.impl = "auto" resolved for the mesh's platform
            (what a TPU host's jax.default_backend() says; this host's is cpu).
 
@@ -48,7 +49,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from coop_jax import config as config_lib, models, parallel, rl, sampling  # noqa: E402
+from coop_jax import models, parallel, rl, sampling  # noqa: E402
 from coop_jax.hf.build import model_config  # noqa: E402
 from coop_jax.kernels import fused_logprobs, fused_sample, pallas_tpu, partition  # noqa: E402
 from coop_jax.optim import make_optimizer  # noqa: E402
@@ -68,6 +69,11 @@ TINY = models.ModelConfig(vocab_size=2048, hidden_size=256, intermediate_size=51
 GROUP, PROMPTS, PROMPT_LEN, RESPONSE_LEN = 4, 8, 32, 32
 # the sampler part: FSDP meshes like the config's (2, 4, 1), on 4 and 16 chips
 SAMPLER_MESHES = {"v5e:2x2": [(1, 4, 1)], "v5e:4x4": [(4, 4, 1)]}
+# (rollout.engine, greedy, holds a Mosaic kernel) compiled by the sampler part. The continuous
+# engine at T > 0 draws each row from its own key, which the one-key Pallas sampling kernel
+# cannot, so its sampling head is XLA's; at temperature 0 (no key read) it keeps the kernel.
+ENGINES = (("static", False, True), ("continuous", False, False), ("continuous", True, True))
+ENGINE_SLOTS = 32  # half the config's 64 rows, so slots are refilled
 QWEN_EOS, QWEN_PAD = (151_645, 151_643), 151_643  # <|im_end|>, <|endoftext|>
 PARTS = ("kernels", "mesh", "step", "sampler")
 
@@ -101,22 +107,23 @@ def kernel_programs(mesh, dtype, rows: tuple | None = None, vocab=None) -> dict:
             "sampler": (sample, (key, hb, w, temp))}
 
 
-def _compile(fn, args) -> tuple[float, int, float | None]:
-    """(compile seconds, Mosaic kernels in the compiled program, its temporaries in GiB)."""
+def _compile(fn, args, mosaic: bool = True) -> tuple[float, int, float | None]:
+    """(compile seconds, Mosaic kernels in the compiled program, its temporaries in GiB);
+    `mosaic`: the program must hold a Mosaic kernel."""
     start = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     seconds = time.perf_counter() - start
     kernels = compiled.as_text().count(MARKER)
-    if not kernels:
+    if mosaic and not kernels:
         raise RuntimeError("no Mosaic kernel in the compiled program")
     memory = compiled.memory_analysis()
     temp = None if memory is None else memory.temp_size_in_bytes / 2 ** 30
     return seconds, kernels, temp
 
 
-def _row(row: dict, fn, args) -> dict:
+def _row(row: dict, fn, args, mosaic: bool = True) -> dict:
     try:
-        seconds, kernels, temp = _compile(fn, args)
+        seconds, kernels, temp = _compile(fn, args, mosaic)
         row.update(ok=True, seconds=round(seconds, 1), kernels=kernels,
                    temp_gib=None if temp is None else round(temp, 4))
     except Exception as e:  # noqa: BLE001 - report every failure, keep going
@@ -224,15 +231,18 @@ def _memory_plan():
     return module
 
 
-def sampler_program(mesh):
+def sampler_program(mesh, engine: str = "static", greedy: bool = False):
     """(generate, abstract args, note): the trainer's rollout sampler of the Qwen2.5-1.5B GSM8K
-    config on `mesh`, kernels.impl = "auto" resolved for the platform of the mesh's devices."""
+    config on `mesh`, kernels.impl = "auto" resolved for the platform of the mesh's devices;
+    `engine` as `rollout.engine` (continuous: ENGINE_SLOTS decode slots for all the rows);
+    `greedy`: temperature 0 instead of the config's."""
     plan = _memory_plan()
     config = plan.load_config(plan.DEFAULT_CONFIG)
     cfg, r = model_config(config.model), config.rollout
     scfg = sampling.SamplingConfig(
         max_new_tokens=r.max_new_tokens, eos_ids=QWEN_EOS, pad_id=QWEN_PAD,
-        temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
+        temperature=0.0 if greedy else r.temperature, top_k=r.top_k, top_p=r.top_p,
+        num_samples=r.group_size,
         valid_vocab=plan.VALID_VOCAB, kernel_impl="auto")
     platform = mesh.devices.flat[0].platform
     if platform != "tpu":
@@ -251,10 +261,15 @@ def sampler_program(mesh):
         hidden = jnp.zeros((r.prompts_per_step * r.group_size, cfg.hidden_size))
         if partition.layout(hidden, models.unembed_matrix(params, cfg)) is None:
             raise RuntimeError("the sampler's unembedding is not on the mesh")
+        if engine == "continuous":
+            return sampling.generate_continuous(params, cfg, scfg, ids, mask, key,
+                                                slots=ENGINE_SLOTS, backend=platform)
         return sampling.generate(params, cfg, scfg, ids, mask, key, backend=platform)
 
     split = "batch-sharded" if shardings["ids"].spec != P() else "replicated"
-    note = (f"Qwen2.5-1.5B {cfg.dtype}, {r.prompts_per_step}x{r.group_size} rows, "
+    slots = (f", {ENGINE_SLOTS} slots" if engine == "continuous" else "") + (
+        ", greedy" if greedy else f", T={r.temperature}")
+    note = (f"Qwen2.5-1.5B {cfg.dtype}, {r.prompts_per_step}x{r.group_size} rows{slots}, "
             f"{shape[1]}+{r.max_new_tokens} tokens, prompts {split}, impl auto -> {platform}")
     return sample, (params, sds(host["ids"], shardings["ids"]),
                     sds(host["mask"], shardings["mask"]), key), note
@@ -266,9 +281,12 @@ def sampler_part() -> list[dict]:
     for topo, shapes in SAMPLER_MESHES.items():
         devices = topologies.get_topology_desc(topo, "tpu").devices
         for shape in shapes:
-            fn, args, note = sampler_program(parallel.make_mesh(shape, devices))
-            rows.append(_row(dict(part="sampler", chip=topo, mesh=str(shape), dtype="bf16",
-                                  program="sampler (auto)", note=note), fn, args))
+            for engine, greedy, mosaic in ENGINES:
+                mesh = parallel.make_mesh(shape, devices)
+                fn, args, note = sampler_program(mesh, engine, greedy)
+                rows.append(_row(dict(part="sampler", chip=topo, mesh=str(shape), dtype="bf16",
+                                      program=f"{engine} sampler (auto)", note=note), fn, args,
+                                 mosaic))
     return rows
 
 
