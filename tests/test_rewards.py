@@ -73,11 +73,23 @@ def test_rule_labels_from_the_process_pool():
     assert extracted == ["7", "8", "0.5", None] and timeouts == 0
 
 
-def test_every_reward_type_is_registered_with_a_device_source():
-    from coop_jax.trainer.step import DEVICE_REWARDS
+_MODULES = {"random": "random_coin"}  # reward.type -> its module, where the names differ
+
+
+def test_every_reward_type_is_registered_once_with_its_device_half():
+    from coop_jax.trainer.step import HOST_REWARDS, DeviceReward
+    devices = {}
     for name, source in rewards.REWARD_SOURCES.items():
-        assert source.name == name and source.device in DEVICE_REWARDS
+        assert source.name == name and isinstance(source.device, DeviceReward)
         assert source.needs_rm == (name in rewards.rm_reward_types())
+        # each reward type's module holds its host function (and any device half it owns)
+        assert source.host.__module__ == f"coop_jax.trainer.rewards.{_MODULES.get(name, name)}"
+        devices[name] = source.device.name
+    assert devices == {"rule": "batch", "static_rm": "rm", "cooper": "rm", "hybrid": "hybrid",
+                       "majority_vote": "batch", "corewarding_1": "batch",
+                       "corewarding_2": "batch", "random": "batch"}
+    assert rewards.REWARD_SOURCES["rule"].device is HOST_REWARDS
+    assert rewards.REWARD_SOURCES["cooper"].device is rewards.REWARD_SOURCES["static_rm"].device
     assert {n for n, s in rewards.REWARD_SOURCES.items() if s.trains_rm} == {"cooper"}
     assert rewards.REWARD_SOURCES["corewarding_1"].num_views == 2
     assert rewards.REWARD_SOURCES["corewarding_2"].before_step is rewards.ema_teacher_update

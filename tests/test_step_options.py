@@ -1,5 +1,6 @@
-"""Step options declared by their owners: a device reward with a parameter, registered here alone
-(no other file knows it), trains through coop-train; the StepConfig carries its option."""
+"""Step options declared by their owners: a reward type whose device half reads a parameter,
+registered here alone (no other file knows it), trains through coop-train; the StepConfig
+carries its option."""
 import json
 import os
 
@@ -14,21 +15,21 @@ from coop_jax.registry import Options, Param, Registry
 
 @pytest.fixture
 def scaled_rule_reward():
-    """Device reward "scaled_batch": the host's rule rewards times `reward.toy_scale`, and a
-    reward type "toy_scaled" that uses it."""
-    @train_step.register_device_reward("scaled_batch", params={"scale": Param("reward.toy_scale")})
+    """Reward type "toy_scaled": rule labels on the host, times `reward.toy_scale` on device
+    (its device half "scaled_batch"); yields that device half."""
     def scaled(state, cfg, batch, options):
-        """The host rewards times a scale."""
         return batch.rewards * options["scale"], {"toy_scale": options["scale"]}, None
 
-    @rewards.register_reward("toy_scaled", device="scaled_batch")
+    device = train_step.DeviceReward("scaled_batch", scaled,
+                                     params=Options.of(scale=Param("reward.toy_scale")))
+
+    @rewards.register_reward("toy_scaled", device=device)
     def toy(x):
         """Rule labels, scaled on device."""
         return [x.labels], {}
 
-    yield
+    yield device
     rewards.REWARD_SOURCES.unregister("toy_scaled")
-    train_step.DEVICE_REWARDS.unregister("scaled_batch")
 
 
 def test_a_device_reward_with_a_parameter_is_one_registration(scaled_rule_reward, tmp_path):
@@ -37,7 +38,7 @@ def test_a_device_reward_with_a_parameter_is_one_registration(scaled_rule_reward
     c.reward.toy_scale = 3.0
     c.train.steps = 1
     trainer = train.Trainer(c, str(tmp_path))
-    assert trainer.step.cfg.device_reward == "scaled_batch"
+    assert trainer.step.cfg.device_reward is scaled_rule_reward
     assert trainer.step.cfg.reward_options == Options.of(scale=3.0)
     summary = trainer.run()
     assert summary["steps"] == 1
@@ -53,7 +54,7 @@ def test_a_missing_option_is_named(scaled_rule_reward):
     with pytest.raises(ValueError, match=r"device_reward='scaled_batch' needs the options "
                                          r"\['scale'\]"):
         train_step.StepConfig(policy=tiny_model_config(), loss=rl.LossConfig(), group_size=2,
-                              device_reward="scaled_batch")
+                              device_reward=scaled_rule_reward)
 
 
 def test_registry_errors_name_the_field_and_the_choices():

@@ -14,6 +14,8 @@ from coop_jax.registry import Options
 from coop_jax.trainer.batch import Behaviour, TrainBatch
 from coop_jax.rm.step import RMUpdate, bradley_terry_loss, rm_rewards
 from coop_jax.trainer.step import StepConfig, init_state, place_state, state_shardings
+from coop_jax.trainer.rewards.hybrid import RULE_THEN_RM
+from coop_jax.trainer.rewards.static_rm import RM_SCORES
 
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
                            qkv_bias=True)
@@ -54,7 +56,7 @@ def jit_step(*args, **kwargs):
     return run
 
 
-RM_REWARD = dict(device_reward="rm", reward_options=Options.of(threshold=False), rm=RM)
+RM_REWARD = dict(device_reward=RM_SCORES, reward_options=Options.of(threshold=False), rm=RM)
 
 
 # Adam divides by sqrt(v): on entries whose gradient is ~0 it amplifies float reassociation noise
@@ -206,9 +208,8 @@ def test_kl_in_reward_and_its_controller(controller):
         assert float(new.kl_coef) != 0.05
 
 
-@pytest.mark.parametrize("source", ["hybrid"])
-def test_hybrid_reward_keeps_rule_strata(source):
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, device_reward=source, rm=RM,
+def test_hybrid_reward_keeps_rule_strata():
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, device_reward=RULE_THEN_RM, rm=RM,
                      kernel_impl="xla", reward_options=Options.of(weight=0.4))
     state = _state(True)
     batch = _batch(4)

@@ -50,7 +50,7 @@ from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, Ro
                                        RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
                                        rm_label_metrics)
 from coop_jax.trainer.batch import StepOutputs, TrainBatch, trim_padding
-from coop_jax.trainer.step import (DEVICE_REWARDS, StepConfig, TrainState, init_state, jit_step,
+from coop_jax.trainer.step import (StepConfig, TrainState, init_state, jit_step,
                                    place_state, state_shardings)
 from coop_jax.verify import RuleVerifier
 
@@ -161,7 +161,7 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         kl_horizon=float(c.rl.kl_horizon),
         kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
         log_kl_to_start=c.rl.log_kl_to_start,
-        device_reward=source.device, reward_options=DEVICE_REWARDS.options(source.device, c),
+        device_reward=source.device, reward_options=source.device.options_from_config(c),
         rm=rm_cfg, rm_update=source.rm_update_from_config(c), kernel_impl=c.kernels.impl,
         valid_vocab=valid_vocab, num_views=source.num_views,
         reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)

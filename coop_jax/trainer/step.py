@@ -10,9 +10,10 @@
     RM (Cooper) <- Bradley-Terry on the valid (positive, negative) pairs, its own AdamW
 
 The batch is a `train_batch.TrainBatch` (rows prompt-major: row r is rollout r % G of prompt
-r // G); the step returns the new state and `train_batch.StepOutputs`. Each device reward and
-advantage estimator declares the parameters it reads (`Registry` params); `StepConfig` carries
-their values (`reward_options`, `advantage_options`), so a new one is one registration.
+r // G); the step returns the new state and `train_batch.StepOutputs`. The device reward
+(`DeviceReward`, declared by its reward type in `trainer.rewards`) and the advantage estimator
+(`rl.ADVANTAGES`) declare the parameters they read; `StepConfig` carries their values
+(`reward_options`, `advantage_options`), so a new one is one registration.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from coop_jax.models import lora
 from coop_jax.models.logprobs import grouped_response_logprobs, response_logprobs
 from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
                             split_micro_batches)
-from coop_jax.registry import Options, Param, Registry
+from coop_jax.registry import Options
 from coop_jax.rm import step as rm_step
-from coop_jax.rm.step import PairBatch, RMUpdate, resolve_pairs, rm_rewards
+from coop_jax.rm.step import PairBatch, RMUpdate, resolve_pairs
 from coop_jax.trainer.batch import StepOutputs, TrainBatch
 
 Array = jax.Array
@@ -81,8 +82,8 @@ class StepConfig:
     kl_target: float = 0.1
     kl_horizon: float = 10000.0
     log_kl_to_start: bool = False  # the reference is the start policy: log KL to it (`kl_to_start`)
-    device_reward: str = "batch"  # a DEVICE_REWARDS name: how the step computes rewards
-    reward_options: Options = Options()  # its declared parameters
+    device_reward: "DeviceReward" = None  # how the step computes rewards (None: HOST_REWARDS)
+    reward_options: Options = Options()  # the values of its declared parameters
     rm: models.ModelConfig | None = None
     rm_update: RMUpdate | None = None  # None: the RM is not trained in the step
     kernel_impl: str = "auto"
@@ -96,14 +97,18 @@ class StepConfig:
     share_prompt_prefix: bool = False
 
     def __post_init__(self):
-        reward = DEVICE_REWARDS.lookup(self.device_reward, "StepConfig.device_reward")
+        if self.device_reward is None:
+            object.__setattr__(self, "device_reward", HOST_REWARDS)
+        reward = self.device_reward
         if (reward.needs_rm or self.rm_update is not None) and self.rm is None:
             raise ValueError("an RM reward or RM training needs StepConfig.rm")
-        for name, options, registry in (("device_reward", self.reward_options, DEVICE_REWARDS),
-                                        ("advantage", self.advantage_options, rl.ADVANTAGES)):
-            missing = set(registry.params(getattr(self, name))) - set(options)
+        for name, value, declared, options in (
+                ("device_reward", reward.name, reward.params, self.reward_options),
+                ("advantage", self.advantage, rl.ADVANTAGES.params(self.advantage),
+                 self.advantage_options)):
+            missing = set(declared) - set(options)
             if missing:
-                raise ValueError(f"StepConfig.{name}={getattr(self, name)!r} needs the options "
+                raise ValueError(f"StepConfig.{name}={value!r} needs the options "
                                  f"{sorted(missing)}")
 
 
@@ -133,62 +138,32 @@ def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = 
 @dataclasses.dataclass(frozen=True)
 class DeviceReward:
     """How the step turns a batch into sequence rewards: `fn(state, cfg, batch, options)` ->
-    (rewards [R], metrics, the RM's raw scores [R] or None)."""
+    (rewards [R], metrics, the RM's raw scores [R] or None). Each reward type declares its own
+    (`trainer.rewards`); `params`: the options `fn` reads (`StepConfig.reward_options`), each
+    from its config field."""
+    name: str
     fn: Callable[..., tuple[Array, dict, Array | None]]
     needs_rm: bool = False
+    params: Options = Options()  # option -> registry.Param
+
+    def options_from_config(self, config) -> Options:
+        """The values of the declared options in `config` (read by the entry point)."""
+        return Options.of(**{name: p.read(config) for name, p in self.params.items()})
 
 
-DEVICE_REWARDS: Registry[DeviceReward] = Registry("device reward")
-
-
-def register_device_reward(name: str, *, needs_rm: bool = False,
-                           params: dict[str, Param] | None = None):
-    """Decorator: register `fn(state, cfg, batch, options)` as device reward `name`; `params`
-    are the options it reads (`StepConfig.reward_options`), each from its config field."""
-    def register(fn):
-        DEVICE_REWARDS.register(name, DeviceReward(fn, needs_rm), params=params,
-                                doc=(fn.__doc__ or "").strip().split("\n")[0])
-        return fn
-    return register
-
-
-@register_device_reward("batch")
-def _batch_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
+def _host_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
     """The host's rewards (rule labels, majority-vote pseudo-labels, ...)."""
     return batch.rewards.astype(jnp.float32), {}, None
 
 
-def _rm_scores(state: TrainState, cfg: StepConfig, batch: TrainBatch, threshold: bool = False):
-    proxy, scores = rm_rewards(state.rm_weights(), cfg.rm, batch.rm.tokens, batch.rm.mask,
-                               threshold)
-    metrics = {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
-    # the host compares the raw scores with the rollouts' rule labels (`rollouts.rm_label_metrics`)
-    return proxy, scores, metrics, scores
-
-
-@register_device_reward("rm", needs_rm=True, params={"threshold": Param("reward.threshold")})
-def _rm_reward(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
-    """sigmoid(score) (or its 0/1 threshold) under the PRE-update reward model."""
-    proxy, _, metrics, unlabelled = _rm_scores(state, cfg, batch, options["threshold"])
-    return proxy, metrics, unlabelled
-
-
-@register_device_reward("hybrid", needs_rm=True,
-                        params={"weight": Param("reward.hybrid_rm_weight")})
-def _hybrid_reward(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
-    """The rule decides the stratum, the RM orders rollouts inside it:
-    correct -> [1 - w, 1], incorrect -> [0, w]."""
-    _, scores, metrics, unlabelled = _rm_scores(state, cfg, batch)
-    w = options["weight"]
-    rule = batch.rewards.astype(jnp.float32)
-    return rule * (1.0 - w) + w * jax.nn.sigmoid(scores), metrics, unlabelled
+HOST_REWARDS = DeviceReward("batch", _host_rewards)
 
 
 def compute_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch
                     ) -> tuple[Array, dict, Array | None]:
     """(sequence rewards [R], metrics, raw RM scores or None) of the batch; RM rewards use the
     RM parameters in `state`."""
-    return DEVICE_REWARDS[cfg.device_reward].fn(state, cfg, batch, cfg.reward_options)
+    return cfg.device_reward.fn(state, cfg, batch, cfg.reward_options)
 
 
 # ---------------------------------------------------------------------- the updates

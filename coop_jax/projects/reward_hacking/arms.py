@@ -15,7 +15,7 @@ ARMS = {
     # SmolLM2-135M-Instruct as the assistant (`cooper.assistant_hf_path`), run for its keep rate
     # and cost per step.
     "cooper_rewrite": ("cooper", "rewrite"),
-    # Not in the default methods: the calibration arm, a fair coin per rollout (rewards.py
+    # Not in the default methods: the calibration arm, a fair coin per rollout (reward.type
     # "random"), for how much of an arm's gain has nothing to do with its reward.
     "random": ("random", None),
     # Why Cooper reduced the hack without preventing it (beyond the paper; not in the default
