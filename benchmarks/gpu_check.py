@@ -20,7 +20,7 @@ build/gpu_wheels, which the device tool carries because `build/` is git-ignored)
     pip install --no-index --no-deps build/gpu_wheels/*.whl   # ml_collections etc., offline
     PYTHONPATH=. timeout 480 python benchmarks/gpu_check.py --out $OUT/gpu_check.json
 
-`--smoke` runs the same code on CPU with tiny shapes (a test runs it: tests/test_gpu_check.py).
+`--smoke` runs the same code on CPU with tiny shapes (a test runs it: tests/benchmarks/test_gpu_check.py).
 """
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ import pathlib  # noqa: E402
 import pytest  # noqa: E402
 
 TESTS = pathlib.Path(__file__).resolve().parent
-FIXTURE_DATA = TESTS / "data"  # a few dozen rows per benchmark, shipped with the repository
+REPO = TESTS.parent  # the repository root; the tests' folders mirror coop_jax/'s packages
+FIXTURE_DATA = TESTS / "fixtures"  # a few dozen rows per benchmark, shipped with the repository
 # The complete benchmark files, when this machine has them (the development machines' copy).
 SHARED_DATA = TESTS.parents[1] / "shared" / "data"
 FULL_ROWS = {"gsm8k/train": 7473, "gsm8k/test": 1319, "math500/test": 500}
@@ -54,7 +55,7 @@ def data_rows(shared_data) -> dict[str, int]:
 def pytest_report_header(config):
     if FULL_DATA is not None:
         return f"benchmark data: full copy at {FULL_DATA}"
-    return ("benchmark data: tests/data fixtures only; the full-data checks did NOT run "
+    return ("benchmark data: tests/fixtures only; the full-data checks did NOT run "
             "(set COOP_JAX_DATA_DIR or put the data in ../shared/data)")
 
 
@@ -145,7 +146,7 @@ def check_rollout_structure(r, eos_ids, pad: int) -> None:
 def repo_module(relative_path: str, name: str):
     """A repository file that is not in a package (configs/, benchmarks/), loaded as a module."""
     import importlib.util
-    path = pathlib.Path(__file__).resolve().parent.parent / relative_path
+    path = REPO / relative_path
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

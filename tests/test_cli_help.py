@@ -2,7 +2,6 @@
 shows every field's value, default and description, and user-input errors are one line on
 stderr with status 2 (coop_jax.console)."""
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -18,8 +17,9 @@ from coop_jax.eval import report
 from coop_jax.projects.real_model import verifyrm as real_verifyrm
 from coop_jax.projects.reward_hacking import driver as reward_hacking
 from coop_jax.rm.train import cli as rm_cli
+from conftest import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 DEFAULT = str(ROOT / "configs" / "default.py")
 HACKING = str(ROOT / "configs" / "toy_hacking.py")
 # command -> (its main(argv), flags its --help must list)

@@ -1,11 +1,11 @@
 """Shape rules of the package's code: functions that fit on a screen, and host stages that return
 what they make instead of writing it into the trainer."""
 import ast
-import pathlib
 
 import pytest
+from conftest import REPO
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "coop_jax"
+PACKAGE = REPO / "coop_jax"
 SOURCES = sorted(PACKAGE.rglob("*.py"))
 MAX_FUNCTION_LINES = 100
 
@@ -96,3 +96,25 @@ def test_settings_are_built_only_by_the_entry_points():
                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr.endswith("from_config")]
     assert not bad, bad
+
+
+# tests/ at the top: the shared infrastructure's tests (coop_jax/<module>.py) and the checks of
+# the whole repository; every other test lives in the folder of the package it tests
+WHOLE_REPOSITORY_TESTS = {"test_cli_help.py", "test_code_shape.py", "test_docs.py",
+                          "test_import_graph.py", "test_moved_modules.py"}
+NOT_PACKAGES = {"fixtures", "__pycache__"}  # test data; benchmarks/ mirrors the scripts' folder
+
+
+def test_the_tests_mirror_the_package_tree():
+    tests = REPO / "tests"
+    for folder in (p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if rel.parts[0] in NOT_PACKAGES:
+            continue
+        mirrored = (REPO / rel if rel.parts[0] == "benchmarks" else PACKAGE / rel)
+        assert mirrored.is_dir(), f"tests/{rel} mirrors no folder ({mirrored} is missing)"
+    for path in tests.glob("test_*.py"):
+        module = path.name.removeprefix("test_")
+        assert path.name in WHOLE_REPOSITORY_TESTS or (PACKAGE / module).is_file(), (
+            f"tests/{path.name} tests no module directly in coop_jax/: move it to the folder "
+            "of its package")

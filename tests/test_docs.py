@@ -23,8 +23,9 @@ import re
 import shlex
 
 import pytest
+from conftest import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 USER_DOCS = ["README.md"] + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
 CONFIG_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.py"))
 LAUNCHERS = ["launch/tpu_pod.sh", "launch/gpu_slurm.sh"]

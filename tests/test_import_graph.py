@@ -12,8 +12,9 @@ import ast
 import pathlib
 
 import pytest
+from conftest import REPO
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "coop_jax"
+PACKAGE = REPO / "coop_jax"
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -14,7 +14,7 @@ Every other config.json field (sizes, heads, rope, norm eps, tied embeddings, la
 tensor name is shared by all families (`hf.convert`).
 
 Adding a family is one `MODEL_FAMILIES.register(name, ModelFamily(...))` here plus the parity
-check in tests/test_model_families.py, which runs every registered family against a tiny random
+check in tests/hf/test_model_families.py, which runs every registered family against a tiny random
 transformers model of its `hf_model_type`.
 """
 from __future__ import annotations

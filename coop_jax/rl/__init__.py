@@ -2,7 +2,7 @@
 
 Each option is a small pure function registered by name (ADVANTAGES, KL_ESTIMATORS,
 KL_CONTROLLERS, POLICY_LOSSES, AGGREGATIONS, RATIO_LEVELS, OVERLONG) and chosen by a config
-string. `tests/test_rl_verl_parity.py` compares them with verl's own `core_algos`.
+string. `tests/rl/test_rl_verl_parity.py` compares them with verl's own `core_algos`.
 """
 from coop_jax.rl.advantages import (
     ADVANTAGES,

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import pathlib
 
 import jax
-from conftest import repo_module
+from conftest import REPO, repo_module
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 COLAB = ROOT / "configs" / "qwen2_5_0_5b_colab.py"
 
 

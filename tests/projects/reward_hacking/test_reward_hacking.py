@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import repo_config
+from conftest import REPO, repo_config
 
 from coop_jax import checkpoint
 from coop_jax.trainer import cooper, rewards
@@ -15,7 +15,7 @@ from coop_jax.data.synthetic import make_dataset, solution_error_kind
 from coop_jax.projects.reward_hacking import report as hacking_report, driver as reward_hacking
 from coop_jax.verify import RuleVerifier
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 G = 2
 
 
@@ -542,7 +542,7 @@ def test_commit_refuses_an_ignored_results_dir_before_any_work(tmp_path, monkeyp
     run_store.ensure_committable(str(repo / "results"))
     with pytest.raises(ValueError, match="not in a git work tree"):
         run_store.ensure_committable(str(tmp_path / "elsewhere"))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     run_store.ensure_committable(os.path.join(root, reward_hacking_config().experiment.results_dir))
     calls = []
     monkeypatch.setattr(reward_hacking, "sft_policy", lambda *a: calls.append(a))

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_model_config
+from conftest import TESTS, tiny_model_config
 from coop_jax import checkpoint, models, parallel
 from coop_jax.optim import make_optimizer
 from coop_jax.trainer.step import TrainState, init_state, place_state
@@ -185,7 +185,7 @@ def test_restore_keeps_target_shardings(tmp_path, mesh):
 CHILD = """
 import sys
 import numpy as np
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = sys.argv[2:]  # this test's folder and tests/ (conftest)
 import test_checkpoint as T
 from coop_jax import checkpoint
 from coop_jax.optim import ModelState
@@ -209,7 +209,8 @@ def _kill_during_second_save(directory: pathlib.Path, delay: float) -> bool:
     log = directory.parent / f"{directory.name}.stderr"
     with open(log, "w") as stderr:  # a file, not a pipe: a chatty child cannot block on it
         child = subprocess.Popen([sys.executable, "-c", CHILD, str(directory),
-                                  os.path.dirname(__file__)], stdout=subprocess.PIPE,
+                                  os.path.dirname(__file__), str(TESTS)],
+                                 stdout=subprocess.PIPE,
                                  stderr=stderr, text=True, env=env)
     try:
         line = child.stdout.readline()

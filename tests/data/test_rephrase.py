@@ -10,7 +10,7 @@ import time
 
 import pytest
 from absl.app import UsageError
-from conftest import repo_config, save_tiny_hf_causal_lm
+from conftest import REPO, repo_config, save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
@@ -18,7 +18,7 @@ from coop_jax import data
 from coop_jax.trainer import loop as train
 from coop_jax.data import rephrase
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 QUESTIONS = ["Tom has 3 apples and buys 4 more. How many apples does he have?",
              "A box holds 6 pens. How many pens are in 2 boxes?",
              "Sam reads 5 pages a day. How many pages does he read in 3 days?",

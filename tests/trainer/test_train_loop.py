@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from conftest import repo_config
+from conftest import REPO, repo_config
 
 from coop_jax.trainer import rewards, rollouts, loop as train
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 TINY = os.path.join(ROOT, "configs", "tiny_test.py")
 
 

@@ -20,10 +20,11 @@ import transformers
 
 from coop_jax import data, hf, sampling
 from coop_jax.hf.tokenizer import load_tokenizer, stop_token_ids
+from conftest import FIXTURE_DATA, REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 CONFIG = os.path.join(ROOT, "configs", "smollm2_arithmetic.py")
-STORY_PROBLEMS = os.path.join(ROOT, "tests", "data", "story_problems")
+STORY_PROBLEMS = str(FIXTURE_DATA / "story_problems")
 # Shortened settings of the config's documented command (no data files: the task is generated).
 SHORT = ["--config.train.steps=2", "--config.train.checkpoint_every=2",
          "--config.train.eval_every=0", "--config.data.num_eval=2", "--config.eval.batch_size=2"]

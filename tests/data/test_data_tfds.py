@@ -1,5 +1,5 @@
 """TFDS builders prepared from the benchmark JSON-lines files (the full copy when present, else
-tests/data; one module: TensorFlow loads once)."""
+tests/fixtures; one module: TensorFlow loads once)."""
 import pytest
 import tensorflow_datasets as tfds
 
@@ -15,7 +15,7 @@ from coop_jax.data.tfds_builders import (
     example_to_record,
 )
 
-GSM8K_MAX = 24  # within the shipped fixtures (tests/data) and the full files
+GSM8K_MAX = 24  # within the shipped fixtures (tests/fixtures) and the full files
 
 
 def records_of(builder, split):

@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import repo_config
+from conftest import REPO, repo_config
 
 from coop_jax import parallel
 from coop_jax.trainer import cooper, loop as train
 from coop_jax.rm.step import RMInputs, resolve_pairs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO)
 G, K = 4, 2
 # group 0: right, wrong, wrong, right; group 1: all wrong; group 2: wrong, right, right, right;
 # group 3: right, wrong, wrong, wrong

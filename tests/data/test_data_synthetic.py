@@ -1,6 +1,5 @@
 """Synthetic arithmetic task and prompt templates."""
 import operator
-import pathlib
 import re
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from coop_jax.data import PROMPT_TEMPLATES, format_prompt
+from conftest import REPO
 from coop_jax.data.synthetic import (
     SyntheticConfig,
     holdout_split,
@@ -209,7 +209,7 @@ def test_package_import_does_not_load_tensorflow_or_jax():
     code = ("import sys, coop_jax.data; "
             "bad = [m for m in ('tensorflow', 'tensorflow_datasets', 'jax') if m in sys.modules]; "
             "assert not bad, bad")
-    repo_root = pathlib.Path(__file__).resolve().parents[1]
+    repo_root = REPO
     subprocess.run([sys.executable, "-c", code], check=True, cwd=repo_root)
 
 

@@ -1,13 +1,14 @@
 """Launch scripts (syntax, shellcheck, --dry-run output, flag validation) and the Colab notebook."""
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import REPO
+
+ROOT = REPO
 LAUNCH = ROOT / "launch"
 SCRIPTS = ["tpu_pod.sh", "gpu_slurm.sh"]
 TPU_FLAGS = ["--project=my-proj", "--zone=us-central2-b", "--name=coop-pod",

@@ -3,11 +3,11 @@ module move can break them unseen. Every name they take from coop_jax must still
 import ast
 import importlib
 import importlib.util
-import pathlib
 
 import pytest
+from conftest import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 SCRIPTS = sorted((ROOT / "benchmarks").glob("*.py"))
 
 

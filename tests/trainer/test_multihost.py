@@ -16,10 +16,10 @@ import time
 
 import pytest
 
+from conftest import REPO
 from coop_jax.jsonl import read_jsonl
 from coop_jax.launch.local import launch
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = str(REPO / "configs" / "tiny_test.py")
 VOLATILE = ("time/", "tokens_per_second")
 # The surrogate of zero-mean advantages at ratio ~1 is a cancellation (|pg_loss| ~ 5e-5 on the

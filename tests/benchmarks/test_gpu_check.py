@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
+from conftest import REPO
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO
 
 
 def test_gpu_check_smoke(tmp_path):

@@ -1,5 +1,5 @@
 """JSON-lines readers and load_split on the benchmark files (the full copy when present, else the
-tests/data fixtures)."""
+tests/fixtures)."""
 import json
 import re
 
