@@ -89,10 +89,13 @@ def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):
     one, two = tmp_path / "one", tmp_path / "two"
     # an entropy bonus gives the untrained policy (never right: rule rewards all 0) a gradient;
     # the run starts with an SFT warm start, each host tokenising its block of its batches; the
-    # RL policy trains LoRA adapters (sharded like their base kernels), the base is the KL anchor
+    # RL policy trains LoRA adapters (sharded like their base kernels), the base is the KL anchor.
+    # Rollouts come from the continuous engine with fewer slots than rows (the static sampler
+    # runs on two processes in the Cooper and coop-eval tests below).
     overrides = ("--config.reward.type=rule", "--config.rl.entropy_coef=0.05",
                  "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24",
-                 "--config.model.lora.rank=4")
+                 "--config.model.lora.rank=4", "--config.rollout.engine=continuous",
+                 "--config.rollout.slots=3")
     _one_process(_train_command(one, 3, *overrides), env)
     _two_processes(_train_command(two, 3, *overrides), env, capfd)
     rows = _rows(two)

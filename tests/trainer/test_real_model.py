@@ -110,6 +110,51 @@ def test_greedy_decoding_matches_transformers_generate(smol, torch_lm, shared_da
         assert ours[row, :lengths[row]].tolist() == ref, (row, tok.decode(ref))
 
 
+def _agree_up_to_a_near_tie(static, ours, row: int) -> None:
+    """Row `row` of two greedy rollouts: the same tokens, log-probs to float32 rounding, except
+    after a position where the static pick was a near-tie (top probability <= 0.5 + 1e-3), which
+    batch shapes may break either way."""
+    n = int(static.lengths[row])
+    differ = np.flatnonzero(static.tokens[row, :n] != ours.tokens[row, :n])
+    end = int(differ[0]) if differ.size else n
+    np.testing.assert_allclose(ours.logprobs[row, :end], static.logprobs[row, :end], atol=1e-4)
+    np.testing.assert_allclose(ours.entropy[row, :end], static.entropy[row, :end],
+                               atol=1e-3)
+    if differ.size:
+        assert static.logprobs[row, end] <= np.log(0.5 + 1e-3), (row, end)
+        assert abs(ours.logprobs[row, end] - static.logprobs[row, end]) < 1e-3, (row, end)
+    else:
+        assert ours.lengths[row] == n
+
+
+def test_continuous_engine_on_real_weights(smol, shared_data):
+    """rollout.engine=continuous on SmolLM2: 3 GSM8K chat prompts x 2 samples through 4 decode
+    slots (so slots are refilled). Greedy, it gives the static sampler's tokens, log-probs and
+    entropies (up to a near-tie); sampled, the same rows at 4 and 6 slots."""
+    tok, new = smol.tokenizer, 24
+    prompts = _gsm8k_chat_prompts(tok, shared_data, n=3)
+    ids, mask = sampling.tokenize_prompts(tok, prompts, 96)
+    stops = stop_token_ids(tok)
+
+    def scfg(temperature):
+        return sampling.SamplingConfig(max_new_tokens=new, eos_ids=stops,
+                                       pad_id=tok.pad_token_id, temperature=temperature,
+                                       num_samples=2, valid_vocab=len(tok))
+
+    def run(make, *args):
+        out = make(smol.lm.config, *args)(smol.lm.params, ids, mask, jax.random.key(3))
+        return types.SimpleNamespace(**{k: np.asarray(v) for k, v in out._asdict().items()})
+
+    static = run(sampling.make, scfg(0.0))
+    greedy = run(sampling.make_continuous, scfg(0.0), 4)
+    for row in range(6):
+        _agree_up_to_a_near_tie(static, greedy, row)
+    four, six = run(sampling.make_continuous, scfg(1.0), 4), run(sampling.make_continuous,
+                                                               scfg(1.0), 6)
+    np.testing.assert_array_equal(four.tokens, six.tokens)
+    np.testing.assert_allclose(four.logprobs, six.logprobs, atol=1e-4)
+
+
 def test_prefix_shared_logprobs_and_gradient_on_real_weights(smol, shared_data):
     """rl.share_prompt_prefix on SmolLM2: 2 chat prompts (left-padded) x 3 responses each, the
     prompt run once per group; the log-probs, entropies and the gradient of their sum equal the
