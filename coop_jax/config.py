@@ -110,7 +110,7 @@ def base_config() -> ml_collections.ConfigDict:
         kl_horizon=10000, entropy_coef=0.0, ppo_epochs=1, num_minibatches=1,
         micro_batches=1,  # gradient accumulation within each mini-batch (lax.scan): same update
         dynamic_sampling=False, dynamic_max_draws=4, overlong="none", overlong_cache_len=8,
-        overlong_factor=1.0,
+        overlong_factor=1.0, tis_cap=0.0,  # tis_cap: truncated importance sampling (0: off)
         # log KL(pi || pi_start) of each step's rollouts (kl_to_start, kl_to_start_seq), also with
         # kl_coef = 0: the start policy is kept as the reference (not with an EMA teacher)
         # the learner's shortcuts: docs/training.md
@@ -336,6 +336,8 @@ FIELD_DOCS: dict[str, str] = {
     "rl.kl_target": "adaptive KL controller: the KL it steers toward",
     "rl.kl_horizon": "adaptive KL controller: its horizon in rollouts",
     "rl.entropy_coef": "entropy bonus weight",
+    "rl.tis_cap": "truncated importance sampling: weigh each token's loss by min(pi_learner / "
+                  "pi_sampler, cap), the sampler's log-probs kept with the rollouts (0: off)",
     "rl.ppo_epochs": "passes over each step's rollouts",
     "rl.num_minibatches": "optimizer updates per pass (divides the step's rows)",
     "rl.micro_batches": "gradient accumulation within a mini-batch (lax.scan; same update)",
@@ -562,6 +564,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
                          f"prompts_per_step * group_size ({rows})")
     _positive(c.rl.micro_batches, "rl.micro_batches")
     _positive(c.rl.pad_buckets, "rl.pad_buckets", allow_zero=True)
+    _positive(c.rl.tis_cap, "rl.tis_cap", allow_zero=True)
     _one_of(c.optim.schedule, SCHEDULES, "optim.schedule")
     _positive(c.optim.learning_rate, "optim.learning_rate")
     _one_of(c.cooper.no_pair_step, ("zero_grad", "skip"), "cooper.no_pair_step")

@@ -30,6 +30,7 @@ from coop_jax.rl.losses import (
     loss_normalisers,
     part_weights,
     policy_loss,
+    truncated_is_weights,
     weigh_metrics,
 )
 from coop_jax.rl.overlong import (
@@ -66,5 +67,6 @@ __all__ = [
     "policy_loss",
     "ragged_advantages",
     "reward_kl",
+    "truncated_is_weights",
     "weigh_metrics",
 ]

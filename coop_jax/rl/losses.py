@@ -224,6 +224,8 @@ class LossConfig:
     aggregation: a key of AGGREGATIONS; agg_max_len: its Dr.GRPO constant (None = T).
     kl_coef / kl_estimator: KL-to-reference term in the loss (a key of KL_ESTIMATORS).
     entropy_coef: weight of the entropy bonus (subtracted from the loss).
+    tis_cap: truncated importance sampling (TIS) of off-policy rollouts: each token's loss is
+      weighted by min(pi_learner / pi_sampler, tis_cap) (`truncated_is_weights`); None = off.
     """
 
     clip_eps_low: float = 0.2
@@ -236,6 +238,7 @@ class LossConfig:
     kl_estimator: str = "low_var_kl"
     entropy_coef: float = 0.0
     agg_max_len: Optional[int] = None
+    tis_cap: Optional[float] = None
 
     def __post_init__(self) -> None:
         def number(field: str) -> float:
@@ -255,6 +258,8 @@ class LossConfig:
         if number("kl_coef") < 0.0:
             raise ValueError(f"LossConfig.kl_coef must be >= 0, got {self.kl_coef!r}")
         number("entropy_coef")
+        if self.tis_cap is not None and number("tis_cap") <= 0.0:
+            raise ValueError(f"LossConfig.tis_cap must be None or > 0, got {self.tis_cap!r}")
         RATIO_LEVELS.lookup(self.ratio_level, "LossConfig.ratio_level")
         POLICY_LOSSES.lookup(self.policy_loss, "LossConfig.policy_loss")
         check_policy_loss(self.policy_loss, self.ratio_level, "LossConfig.")
@@ -266,7 +271,7 @@ class LossConfig:
     def from_config(cls, rl_section) -> "LossConfig":
         """The loss options of a config's `rl` section (`clip_ratio_c` 0 = off, unset = the
         dual clip of token-level PPO only; with `kl_in_reward` the KL leaves the loss for the
-        reward)."""
+        reward; `tis_cap` 0 = off)."""
         r = rl_section
         clip_c = r.clip_ratio_c
         if clip_c is None:
@@ -275,13 +280,15 @@ class LossConfig:
                    clip_ratio_c=clip_c or None, policy_loss=r.policy_loss,
                    ratio_level=r.ratio_level,
                    aggregation=r.aggregation, kl_coef=0.0 if r.kl_in_reward else r.kl_coef,
-                   kl_estimator=r.kl_estimator, entropy_coef=r.entropy_coef)
+                   kl_estimator=r.kl_estimator, entropy_coef=r.entropy_coef,
+                   tis_cap=r.tis_cap or None)
 
 
-def _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy) -> None:
+def _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy, is_weights=None) -> None:
     if logp.ndim != 2:
         raise ValueError(f"logp must be [B, T], got shape {logp.shape}")
-    named = {"old_logp": old_logp, "mask": mask, "ref_logp": ref_logp, "entropy": entropy}
+    named = {"old_logp": old_logp, "mask": mask, "ref_logp": ref_logp, "entropy": entropy,
+             "is_weights": is_weights}
     for field, arr in named.items():
         if arr is not None and arr.shape != logp.shape:
             raise ValueError(f"{field} must have shape {logp.shape} like logp, got {arr.shape}")
@@ -298,6 +305,7 @@ def policy_loss(
     *,
     ref_logp: Optional[jax.Array] = None,
     entropy: Optional[jax.Array] = None,
+    is_weights: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Policy surrogate + optional KL penalty and entropy bonus; returns (loss, metrics).
 
@@ -310,7 +318,11 @@ def policy_loss(
     ``logp`` (and ``old_logp``/``ref_logp``) must be log-probs of the sampled tokens computed from
     logits divided by the SAMPLING temperature, so they match the behaviour policy's.
 
-    Args: logp, old_logp, mask, ref_logp, entropy [B, T]; advantages [B] (one per sequence).
+    ``is_weights`` (TIS, `truncated_is_weights`) multiply each token's surrogate after the clips,
+    as verl's ``rollout_is_weights``.
+
+    Args: logp, old_logp, mask, ref_logp, entropy, is_weights [B, T]; advantages [B] (one per
+    sequence).
     Metrics (scalars, stop-gradient): loss, pg_loss, kl, entropy (0 when not given, aggregated like
     the loss), and token means over valid tokens of clip_frac (clipped branch active),
     clip_frac_high / clip_frac_low (ratio above / below the range), dual_clip_frac, ratio_mean,
@@ -321,7 +333,8 @@ def policy_loss(
     logp, old_logp, advantages, mask = map(jnp.asarray, (logp, old_logp, advantages, mask))
     ref_logp = None if ref_logp is None else jnp.asarray(ref_logp)
     entropy = None if entropy is None else jnp.asarray(entropy)
-    _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy)
+    is_weights = None if is_weights is None else jnp.asarray(is_weights)
+    _check_inputs(logp, old_logp, advantages, mask, ref_logp, entropy, is_weights)
 
     f32 = jnp.float32
     logp, old_logp, adv = logp.astype(f32), old_logp.astype(f32), advantages.astype(f32)[:, None]
@@ -340,6 +353,8 @@ def policy_loss(
         pg = jnp.where(adv < 0, jnp.minimum(pg, pg_dual), pg)
     else:
         dual_active = jnp.zeros(pg.shape, bool)
+    if is_weights is not None:
+        pg = pg * jax.lax.stop_gradient(is_weights.astype(f32))
     pg_loss = agg(pg, w, max_len)
     loss = pg_loss
 
@@ -371,3 +386,25 @@ def policy_loss(
         "approx_kl_old": frac(0.5 * jnp.square(delta)),
     }
     return loss, jax.lax.stop_gradient(metrics)
+
+
+# verl's bound on the log ratio before exp (rollout_corr_helper.SAFETY_BOUND)
+_TIS_MAX_LOG_RATIO = 20.0
+
+
+def truncated_is_weights(learner_logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array,
+                         cap: float) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Truncated importance sampling (TIS; Yao et al. 2025, verl's token-level rollout
+    correction): per token min(pi_learner / pi_sampler, cap), 0 off the mask, where the learner's
+    log-probs are those of the policy before the update and the sampler's those it sampled with
+    (a stale policy under `rollout.overlap`, or another implementation). Returns (weights [B, T],
+    metrics: tis_weight_mean, tis_truncated_frac and tis_log_ratio_abs_mean over valid tokens)."""
+    w = jnp.asarray(mask).astype(jnp.float32)
+    log_ratio = jnp.where(w > 0, jnp.asarray(learner_logp, jnp.float32)
+                          - jnp.asarray(sampler_logp, jnp.float32), 0.0)
+    raw = jnp.exp(jnp.clip(log_ratio, -_TIS_MAX_LOG_RATIO, _TIS_MAX_LOG_RATIO)) * w
+    weights = jax.lax.stop_gradient(jnp.minimum(raw, cap))
+    mean = lambda x: _safe_div((x * w).sum(), w.sum())  # noqa: E731
+    return weights, {"tis_weight_mean": mean(weights),
+                     "tis_truncated_frac": mean((raw > cap).astype(jnp.float32)),
+                     "tis_log_ratio_abs_mean": mean(jnp.abs(log_ratio))}

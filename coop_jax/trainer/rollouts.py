@@ -49,6 +49,9 @@ class RolloutSettings:
     overlong_cache_len: int
     overlong_factor: float
     overlap: bool
+    # the batch carries the sampler's log-probs (`TrainBatch.behaviour`): rollout.overlap's old
+    # log-probs, or the sampler side of truncated importance sampling (rl.tis_cap)
+    keeps_sampler_logprobs: bool
     dynamic_sampling: bool
     dynamic_max_draws: int
     pairs: cooper.PairSettings | None = None  # Cooper's RM pairs (None: the RM is not trained)
@@ -64,6 +67,7 @@ class RolloutSettings:
             view_fields=("question", d.rephrase_field)[:source.num_views],
             overlong=rl_.overlong, overlong_cache_len=rl_.overlong_cache_len,
             overlong_factor=rl_.overlong_factor, overlap=bool(r.overlap),
+            keeps_sampler_logprobs=bool(r.overlap) or rl_.tis_cap > 0,
             dynamic_sampling=bool(rl_.dynamic_sampling), dynamic_max_draws=rl_.dynamic_max_draws,
             pairs=cooper.PairSettings.from_config(config) if source.trains_rm else None)
 
@@ -247,8 +251,9 @@ def _view_batch(s: RolloutSettings, out, host_rewards: np.ndarray) -> TrainBatch
         s.overlong, jnp.asarray(host_rewards), jnp.asarray(lengths), jnp.asarray(truncated),
         max_len=s.max_new_tokens, cache_len=s.overlong_cache_len, factor=s.overlong_factor)
     behaviour = None
-    if s.overlap:  # the PPO ratio's old log-probs: the behaviour policy is one step
-        # old (without the entropies, of older pending rollouts, the step recomputes them)
+    if s.keeps_sampler_logprobs:  # overlap: the PPO ratio's old log-probs (the behaviour policy
+        # is one step old; without the entropies, of older pending rollouts, the step recomputes
+        # them); rl.tis_cap: the sampler's side of the importance weights
         behaviour = Behaviour(np.asarray(out.logprobs, np.float32),
                               None if out.entropy is None else np.asarray(out.entropy,
                                                                           np.float32))

@@ -172,10 +172,11 @@ def _token_mean(values: Array, mask: Array) -> Array:
 
 
 def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, advantages: Array,
-                   old_logp: Array | None, ref_logp: Array | None) -> tuple[ModelState, dict]:
+                   old_logp: Array | None, ref_logp: Array | None,
+                   is_weights: Array | None = None) -> tuple[ModelState, dict]:
     """`old_logp` None: the old policy is the one being differentiated (`old_is_current`); the
     loss forward's own log-probs, stop-gradient, are the old ones, and its entropies give the
-    `rollout_entropy` metric."""
+    `rollout_entropy` metric. `is_weights`: TIS's per-token weights (`uses_tis`)."""
     rows = advantages.shape[0]
     m = cfg.num_minibatches
     if (rows // m) % (cfg.micro_batches * cfg.num_views):
@@ -190,6 +191,8 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
         mb["old"] = split(old_logp)
     if ref_logp is not None:
         mb["ref"] = split(ref_logp)
+    if is_weights is not None:
+        mb["is_w"] = split(is_weights)
 
     views = lambda x: None if x is None else x.reshape((cfg.num_views, -1) + x.shape[1:])
     view_weights = lambda rows: views(rows["mask"] * rows["loss_weight"][:, None])
@@ -200,10 +203,10 @@ def _policy_update(state: TrainState, cfg: StepConfig, tx, batch: TrainBatch, ad
                                   grouped=cfg.micro_batches == 1)
         old = rows["old"] if "old" in rows else jax.lax.stop_gradient(logp)
         losses, metrics = jax.vmap(
-            lambda lp, old, adv, w, ref, ent: rl.policy_loss(lp, old, adv, w, cfg.loss,
-                                                             ref_logp=ref, entropy=ent))(
+            lambda lp, old, adv, w, ref, ent, isw: rl.policy_loss(
+                lp, old, adv, w, cfg.loss, ref_logp=ref, entropy=ent, is_weights=isw))(
             views(logp), views(old), views(rows["adv"]), view_weights(rows),
-            views(rows.get("ref")), views(entropy))
+            views(rows.get("ref")), views(entropy), views(rows.get("is_w")))
         if "old" not in rows:  # the step's one policy forward: the rollouts' entropy is its own
             metrics["rollout_entropy"] = jnp.broadcast_to(jax.lax.stop_gradient(
                 _token_mean(entropy, rows["mask"])), losses.shape)
@@ -258,6 +261,26 @@ def old_is_current(cfg: StepConfig, batch: TrainBatch) -> bool:
             and not cfg.kl_in_reward and not cfg.log_kl_to_start)
 
 
+def uses_tis(cfg: StepConfig, batch: TrainBatch) -> bool:
+    """Truncated importance sampling applies: `rl.tis_cap` is set and the batch carries the
+    sampler's log-probs."""
+    return cfg.loss.tis_cap is not None and batch.behaviour is not None
+
+
+def _tis_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch, metrics: dict
+                  ) -> tuple[Array, Array, Array]:
+    """(old log-probs, entropies, TIS weights): the old policy is the learner's view of the
+    parameters before the update (a forward pass), and each token's weight is
+    min(pi_learner / pi_sampler, cap) against the sampler's log-probs, as verl's rollout
+    correction. Adds the weights' metrics."""
+    old_logp, entropy = _logprobs(state.policy_weights(), cfg, batch)
+    old_logp = jax.lax.stop_gradient(old_logp)
+    weights, tis_metrics = rl.truncated_is_weights(old_logp, batch.behaviour.logprobs,
+                                                   batch.mask, cfg.loss.tis_cap)
+    metrics.update(tis_metrics)
+    return old_logp, entropy, weights
+
+
 def _old_logprobs(state: TrainState, cfg: StepConfig, batch: TrainBatch) -> tuple[Array, Array]:
     """(behaviour log-probs, entropies) of the rollouts, without gradient."""
     behaviour = batch.behaviour
@@ -306,8 +329,10 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     """One RL update. Bind `cfg`, `tx`, `rm_tx` with functools.partial, then jit (see
     `jit_step`)."""
     rewards, metrics, rm_scores = compute_rewards(state, cfg, batch)
-    old_logp = entropy = None  # None: the loss forward's own (`old_is_current`)
-    if not old_is_current(cfg, batch):
+    old_logp = entropy = is_weights = None  # None: the loss forward's own (`old_is_current`)
+    if uses_tis(cfg, batch):
+        old_logp, entropy, is_weights = _tis_logprobs(state, cfg, batch, metrics)
+    elif not old_is_current(cfg, batch):
         old_logp, entropy = _old_logprobs(state, cfg, batch)
     kl_coef = state.kl_coef
     ref_logp = None
@@ -330,7 +355,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
     advantages = rl.compute_advantages(cfg.advantage, groups, tokens=tokens,
                                        **cfg.advantage_options).reshape(-1)
 
-    policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp, loss_ref)
+    policy, policy_metrics = _policy_update(state, cfg, tx, batch, advantages, old_logp, loss_ref,
+                                            is_weights)
     metrics.update(policy_metrics)
     metrics.update(reward_mean=rewards.mean(), advantage_abs_mean=jnp.abs(advantages).mean())
     if entropy is not None:

@@ -222,7 +222,7 @@ def test_gspo_has_no_dual_clip_unless_asked_for():
     section = ml_collections.ConfigDict(dict(
         clip_eps_low=0.2, clip_eps_high=0.2, clip_ratio_c=None, policy_loss="ppo",
         ratio_level="sequence", aggregation="seq_mean_token_mean", kl_in_reward=False,
-        kl_coef=0.0, kl_estimator="k1", entropy_coef=0.0))
+        kl_coef=0.0, kl_estimator="k1", entropy_coef=0.0, tis_cap=0.0))
     cfg = LossConfig.from_config(section)
     assert cfg.clip_ratio_c is None
     logp, old, mask = _one_sequence(math.log(4.5))

@@ -307,3 +307,40 @@ def test_overlong_penalty_matches_verl_dapo_reward_manager():
                                      max_len=max_len, cache_len=cache_len, factor=factor)
     np.testing.assert_allclose(np.asarray(ours), theirs, **TOL)
     assert np.all(np.asarray(weight) == 1.0)
+
+
+# --- truncated importance sampling (rl.tis_cap) ------------------------------------------------
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_truncated_is_weights_and_weighted_loss_match_verl(aggregation):
+    """verl's token-level rollout correction (TIS: min(exp(old - rollout), threshold), 0 off the
+    mask) and the vanilla loss weighted by it, value and gradient."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+    logp, old, adv, mask = _loss_inputs(3)
+    rng = np.random.default_rng(7)
+    sampler = (old + rng.normal(scale=0.8, size=old.shape)).astype(np.float32)
+    cap = 2.0
+    weights, metrics = rl.truncated_is_weights(jnp.asarray(old), jnp.asarray(sampler),
+                                               jnp.asarray(mask), cap)
+    v_weights, _ = compute_rollout_correction_weights(
+        torch.tensor(old - sampler), torch.tensor(mask), rollout_is="token",
+        rollout_is_threshold=cap)
+    np.testing.assert_allclose(np.asarray(weights), v_weights.numpy(), **TOL)
+    assert 0 < float(metrics["tis_truncated_frac"]) < 1  # some weights were truncated, not all
+
+    cfg = rl.LossConfig(clip_eps_low=0.2, clip_eps_high=0.28, clip_ratio_c=3.0,
+                        aggregation=aggregation, kl_coef=0.0, tis_cap=cap)
+
+    def ours(lp):
+        return rl.policy_loss(lp, jnp.asarray(old), jnp.asarray(adv), jnp.asarray(mask), cfg,
+                              is_weights=weights)
+
+    (loss, _), grad = jax.value_and_grad(ours, has_aux=True)(jnp.asarray(logp))
+    lp = torch.tensor(logp, requires_grad=True)
+    v_loss, _ = core_algos.get_policy_loss_fn("vanilla")(
+        torch.tensor(old), lp, torch.tensor(adv)[:, None].expand(mask.shape), torch.tensor(mask),
+        loss_agg_mode=AGG_MODES[aggregation], config=_actor_config(0.2, 0.28, 3.0, len(adv)),
+        rollout_is_weights=v_weights)
+    v_loss.backward()
+    np.testing.assert_allclose(float(loss), v_loss.item(), **TOL)
+    np.testing.assert_allclose(np.asarray(grad), lp.grad.numpy(), **TOL)

@@ -172,6 +172,28 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
             assert np.abs(own - batch.behaviour.logprobs).max() > 1e-4
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["series", "overlap"])
+def test_truncated_importance_sampling_in_a_run(tmp_path, overlap):
+    """rl.tis_cap: the batch keeps the sampler's log-probs, the step weighs the loss by the
+    capped learner / sampler ratio and logs it. In series the sampler is the learner's own
+    policy, so the weights are 1 up to the two implementations' numerics; under overlap the
+    sampler is one step stale from step 2 on."""
+    c = tiny_config()
+    c.rl.tis_cap, c.rollout.overlap, c.train.steps = 2.0, overlap, 3
+    c.rl.entropy_coef = 0.05  # a gradient for the never-right untrained policy
+    train.train(c, str(tmp_path))
+    rows = _rows(tmp_path)[1:]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=1e-3)  # the old policy is the learner
+        assert 0 < r["tis_weight_mean"] <= 2.0 and 0 <= r["tis_truncated_frac"] <= 1
+    assert rows[0]["tis_log_ratio_abs_mean"] < 1e-4  # step 1 is on-policy either way
+    if overlap:
+        assert max(r["tis_log_ratio_abs_mean"] for r in rows[1:]) > 1e-4
+    else:
+        assert all(r["tis_log_ratio_abs_mean"] < 1e-4 for r in rows)
+
+
 def _cli(workdir, steps, overlap=False):
     return [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={TINY}",
             f"--workdir={workdir}",

@@ -242,6 +242,31 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     assert float(stale["approx_kl_old"]) == pytest.approx(0.125, rel=1e-4)
 
 
+@pytest.mark.parametrize("shift, weight", [(np.log(3.0), 2.0), (-np.log(2.0), 0.5)])
+def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio(shift, weight):
+    """rl.tis_cap = 2: the old log-probs are the learner's (ratio 1 at the start, not the
+    sampler's), and each token's loss is weighted by min(pi_learner / pi_sampler, 2); a sampler
+    that found every token 3x less likely gives weight 2 (truncated), 2x more likely 0.5."""
+    from coop_jax.trainer.step import _logprobs
+    tx = make_optimizer(1e-2, weight_decay=0.0)
+    state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
+    batch = _batch(5)
+    plain = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
+                       kernel_impl="xla")
+    tis = dataclasses.replace(plain, loss=rl.LossConfig(kl_coef=0.0, tis_cap=2.0))
+    _, on_policy = jit_step(plain, tx, donate=False)(state, batch)
+    own = np.asarray(_logprobs(state.policy.params, plain, batch)[0])
+    sampled = batch.replace(behaviour=Behaviour(own - shift))
+    assert train_step.uses_tis(tis, sampled) and not train_step.uses_tis(plain, sampled)
+    assert not train_step.uses_tis(tis, batch)  # no sampler log-probs: nothing to weigh
+    _, m = jit_step(tis, tx, donate=False)(state, sampled)
+    assert float(m["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
+    assert float(m["tis_weight_mean"]) == pytest.approx(weight, rel=1e-4)
+    assert float(m["tis_truncated_frac"]) == (1.0 if weight == 2.0 else 0.0)
+    assert float(m["tis_log_ratio_abs_mean"]) == pytest.approx(abs(shift), rel=1e-4)
+    assert float(m["pg_loss"]) == pytest.approx(weight * float(on_policy["pg_loss"]), rel=1e-4)
+
+
 @pytest.mark.parametrize("loss", [rl.LossConfig(kl_coef=0.0), LOSS,
                                   rl.LossConfig(kl_coef=0.0, ratio_level="sequence")])
 def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypatch, loss):
