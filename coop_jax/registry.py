@@ -72,6 +72,11 @@ class Options(Mapping[str, Any]):
         return len(self.items_)
 
 
+def read_options(params: Mapping[str, Param], config) -> Options:
+    """The values in `config` of declared parameters (parameter -> its `Param`)."""
+    return Options.of(**{key: p.read(config) for key, p in params.items()})
+
+
 def chosen_by(field: str) -> "Registry | None":
     """The registry whose names the config field `field` (dotted) takes, among those imported."""
     return _BY_FIELD.get(field)
@@ -135,7 +140,7 @@ class Registry(Mapping[str, T], Generic[T]):
 
     def options(self, name: str, config) -> Options:
         """The values of `name`'s declared parameters in `config`."""
-        return Options.of(**{key: p.read(config) for key, p in self.params(name).items()})
+        return read_options(self.params(name), config)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)

@@ -30,7 +30,7 @@ from coop_jax.models import lora
 from coop_jax.models.logprobs import grouped_response_logprobs, response_logprobs
 from coop_jax.optim import (ModelState, accumulate_gradients, apply_gradients, gradient_step,
                             split_micro_batches)
-from coop_jax.registry import Options
+from coop_jax.registry import Options, read_options
 from coop_jax.rm import step as rm_step
 from coop_jax.rm.step import PairBatch, RMUpdate, resolve_pairs
 from coop_jax.trainer.batch import StepOutputs, TrainBatch
@@ -60,6 +60,31 @@ class TrainState(flax.struct.PyTreeNode):
         return None if self.rm is None else lora.combine(self.rm_base, self.rm.params)
 
 
+# ---------------------------------------------------------------------- device rewards
+@dataclasses.dataclass(frozen=True)
+class DeviceReward:
+    """How the step turns a batch into sequence rewards: `fn(state, cfg, batch, options)` ->
+    (rewards [R], metrics, the RM's raw scores [R] or None). Each reward type declares its own
+    (`trainer.rewards`); `params`: the options `fn` reads (`StepConfig.reward_options`), each
+    from its config field."""
+    name: str
+    fn: Callable[..., tuple[Array, dict, Array | None]]
+    needs_rm: bool = False
+    params: Options = Options()  # option -> registry.Param
+
+    def options_from_config(self, config) -> Options:
+        """The values of the declared options in `config` (read by the entry point)."""
+        return read_options(self.params, config)
+
+
+def _host_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
+    """The host's rewards (rule labels, majority-vote pseudo-labels, ...)."""
+    return batch.rewards.astype(jnp.float32), {}, None
+
+
+HOST_REWARDS = DeviceReward("batch", _host_rewards)
+
+
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
     policy: models.ModelConfig
@@ -82,7 +107,7 @@ class StepConfig:
     kl_target: float = 0.1
     kl_horizon: float = 10000.0
     log_kl_to_start: bool = False  # the reference is the start policy: log KL to it (`kl_to_start`)
-    device_reward: "DeviceReward" = None  # how the step computes rewards (None: HOST_REWARDS)
+    device_reward: DeviceReward = HOST_REWARDS  # how the step computes rewards
     reward_options: Options = Options()  # the values of its declared parameters
     rm: models.ModelConfig | None = None
     rm_update: RMUpdate | None = None  # None: the RM is not trained in the step
@@ -97,8 +122,6 @@ class StepConfig:
     share_prompt_prefix: bool = False
 
     def __post_init__(self):
-        if self.device_reward is None:
-            object.__setattr__(self, "device_reward", HOST_REWARDS)
         reward = self.device_reward
         if (reward.needs_rm or self.rm_update is not None) and self.rm is None:
             raise ValueError("an RM reward or RM training needs StepConfig.rm")
@@ -132,31 +155,6 @@ def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = 
     if shares_prompt_prefix(cfg, get("tokens").shape[0], grouped):
         return grouped_response_logprobs(*args, group_size=cfg.group_size, **kwargs)
     return response_logprobs(*args, **kwargs)
-
-
-# ---------------------------------------------------------------------- device rewards
-@dataclasses.dataclass(frozen=True)
-class DeviceReward:
-    """How the step turns a batch into sequence rewards: `fn(state, cfg, batch, options)` ->
-    (rewards [R], metrics, the RM's raw scores [R] or None). Each reward type declares its own
-    (`trainer.rewards`); `params`: the options `fn` reads (`StepConfig.reward_options`), each
-    from its config field."""
-    name: str
-    fn: Callable[..., tuple[Array, dict, Array | None]]
-    needs_rm: bool = False
-    params: Options = Options()  # option -> registry.Param
-
-    def options_from_config(self, config) -> Options:
-        """The values of the declared options in `config` (read by the entry point)."""
-        return Options.of(**{name: p.read(config) for name, p in self.params.items()})
-
-
-def _host_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch, options: Options):
-    """The host's rewards (rule labels, majority-vote pseudo-labels, ...)."""
-    return batch.rewards.astype(jnp.float32), {}, None
-
-
-HOST_REWARDS = DeviceReward("batch", _host_rewards)
 
 
 def compute_rewards(state: TrainState, cfg: StepConfig, batch: TrainBatch

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from coop_jax import config as config_lib
-from coop_jax.registry import Options, Param, Registry, first_doc_line
+from coop_jax.registry import Options, Param, Registry, first_doc_line, read_options
 from coop_jax.rm.step import RMUpdate
 from coop_jax.trainer.step import HOST_REWARDS, DeviceReward
 
@@ -80,7 +80,7 @@ class RewardSource:
         (None: the RM is not trained)."""
         if self.rm_update is None:
             return None
-        return RMUpdate(**{name: p.read(config) for name, p in self.rm_update.items()})
+        return RMUpdate(**read_options(self.rm_update, config))
 
 
 REWARD_SOURCES: Registry[RewardSource] = Registry("reward.type")

@@ -4,6 +4,7 @@ from __future__ import annotations
 from coop_jax import config as config_lib
 from coop_jax.trainer.rewards.source import REWARD_SOURCES
 from coop_jax.trainer.rewards.voting import ANSWER_MATCHES
+from coop_jax.trainer.step import HOST_REWARDS
 
 
 def validate_config(c) -> None:
@@ -14,7 +15,7 @@ def validate_config(c) -> None:
     if source.needs_rm:
         config_lib.validate_model_section(c.reward_model, "reward_model")
     validate_views(c, source)
-    if c.rl.dynamic_sampling and source.device.name != "batch":
+    if c.rl.dynamic_sampling and source.device is not HOST_REWARDS:
         raise ValueError("config.rl.dynamic_sampling needs host-side rewards; reward.type "
                          f"{c.reward.type!r} computes them on device")
     if c.rl.log_kl_to_start and source.needs_teacher:
