@@ -155,7 +155,8 @@ def run(a, hf_model, lm, tokenizer) -> list[dict]:
         raise SystemExit("--slots must be a multiple of --samples, and the chunks of "
                          "--slots / --samples prompts must divide --prompts")
     runs = coop_jax_runs(lm, tokenizer, np.asarray(ids), np.asarray(mask), a)
-    runs.update(transformers_runs(hf_model, tokenizer, prompts, a))
+    if not getattr(a, "coop_jax_only", False):
+        runs.update(transformers_runs(hf_model, tokenizer, prompts, a))
     rows = summarise(runs, a)
     print(f"\n{a.prompts} story problems x {a.samples} samples = {a.prompts * a.samples} "
           f"requests, T 0.7, <= {a.new_tokens} new tokens, {a.slots} rows at a time")

@@ -193,6 +193,9 @@ def main() -> None:
     p.add_argument("--slots", type=int, default=64,
                    help="long tail: decode slots / rows per static chunk")
     p.add_argument("--json", default=None, help="long tail: also write the rows here")
+    p.add_argument("--coop-jax-only", action="store_true",
+                   help="long tail: only coop_jax's static sampler and engine (skips the two "
+                        "transformers columns, which take most of the run)")
     a = p.parse_args()
 
     import torch

@@ -103,6 +103,24 @@ def _dense(cfg: ModelConfig, features: int, names: tuple[str, str], bias: bool, 
     return nn.Dense(features, **kw)
 
 
+def _write_cache(cache: LayerCache, k: Array, v: Array, cache_index: Array) -> LayerCache:
+    """Keys [B, KV, T, hd] / values [B, KV, hd, T] written into the cache from column
+    `cache_index`: one column shared by every row (a scalar), or each row's own (a [B] vector,
+    decode only: the continuous-batching engine's slots sit at different steps; an index past
+    the cache is clamped to its last column, as `dynamic_update_slice` does)."""
+    k_cache, v_cache = cache
+    k, v = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
+    if jnp.ndim(cache_index) == 0:
+        return (jax.lax.dynamic_update_slice(k_cache, k, (0, 0, cache_index, 0)),
+                jax.lax.dynamic_update_slice(v_cache, v, (0, 0, 0, cache_index)))
+    if k.shape[2] != 1:
+        raise ValueError(f"a per-row cache_index needs one new token per row, got {k.shape[2]}")
+    # vmapped, the update is a scatter with the batch as its batching axis: sharded rows stay put
+    def put(axis):
+        return jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis))
+    return put(1)(k_cache, k, cache_index), put(2)(v_cache, v, cache_index)
+
+
 class Attention(nn.Module):
     cfg: ModelConfig
 
@@ -125,18 +143,14 @@ class Attention(nn.Module):
         # (on XLA:CPU those per-step transposes of the whole cache were a sixth of a decode step)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 3, 1)
         if cache is None:
-            q_slots = jnp.arange(length)
+            q_slots = jnp.arange(length)[None]
             new_cache = None
         else:
-            k_cache, v_cache = cache
-            k = jax.lax.dynamic_update_slice(k_cache, k.astype(k_cache.dtype),
-                                             (0, 0, cache_index, 0))
-            v = jax.lax.dynamic_update_slice(v_cache, v.astype(v_cache.dtype),
-                                             (0, 0, 0, cache_index))
+            k, v = _write_cache(cache, k, v, cache_index)
             new_cache = (k, v)
-            q_slots = cache_index + jnp.arange(length)
+            q_slots = jnp.reshape(cache_index, (-1, 1)) + jnp.arange(length)  # [1 or B, T]
         k_slots = jnp.arange(k.shape[2])
-        mask = (k_slots[None, :] <= q_slots[:, None])[None] & kv_mask[:, None, :]  # [B, T, S]
+        mask = (k_slots <= q_slots[..., None]) & kv_mask[:, None, :]  # [B, T, S]
 
         groups = heads // kv_heads
         q = q.reshape(batch, length, kv_heads, groups, hd)

@@ -12,15 +12,16 @@ Design (everything static-shaped, one `lax.while_loop`):
   * every prompt is prefilled once, up front, into a [B, ..., P] cache; its last hidden state,
     key mask and length are kept with it, and its G samples all copy from there;
   * a slot is one row of a [S, ..., P + N] KV cache plus its request id, its step within that
-    request, its next-token hidden state, its key mask and rotary position. Refilling a slot
-    copies its new prompt's cache into columns [0, P) and resets the rest; the columns of an
-    earlier request left beyond P are masked out by the key mask;
-  * `forward_with_cache` writes every row at one shared cache index, while slots sit at
-    different steps. So the last cache column is a scratch column that is always valid in the
-    key mask: every decode step writes all rows there (attention then sees the new token, plus
-    the row's valid earlier columns), and afterwards each row's scratch keys/values are copied
-    into its own column P + step (one per-row scatter). Keys are stored after RoPE, so a key's
-    column only matters through the mask; the model code is unchanged;
+    request, its next-token hidden state, its key mask and rotary position. A request keeps the
+    static sampler's layout whatever slot it lands in: its prompt in columns [0, P), response
+    token k in column P + k (`forward_with_cache` takes one write column per row). Refilling a
+    slot copies its new prompt's cache into columns [0, P) and resets its key mask; the columns
+    an earlier request left beyond P stay masked until overwritten;
+  * a step first refills the slots whose rows finished at the step before, then samples and
+    feeds back every slot's token, so each step's cache writes (refill, then the new column)
+    come before its attention reads, and XLA updates the cache in place (writes after the read,
+    as a per-row copy of a scratch column or a refill at the end of the step, made it copy the
+    whole cache every step);
   * randomness is per request: token t of request (b, g) is drawn with
     fold_in(fold_in(fold_in(key, b), g), t) as a one-row draw, so the samples depend on neither
     the slot a request lands in nor the slot count. `kernels.fused_sample` takes one key for
@@ -48,7 +49,7 @@ class _Prompts(NamedTuple):
     """Every prompt prefilled once: what a slot copies when it takes one of its requests."""
     cache: models.KVCache  # [B, KV, P, hd] / [B, KV, hd, P] leaves (leading [L] when scanned)
     hidden: Array  # [B, D] last prompt token's hidden state
-    kv_mask: Array  # [B, P + N] the prompt's key mask in a slot's cache (scratch column on)
+    kv_mask: Array  # [B, P + N] the prompt's key mask in a slot's cache
     lengths: Array  # [B] rotary position of the first response token
 
 
@@ -72,18 +73,6 @@ def _pairs(cfg: models.ModelConfig, cache: models.KVCache) -> tuple:
 
 def _unpairs(cfg: models.ModelConfig, pairs) -> models.KVCache:
     return tuple(pairs[0]) if cfg.scan_layers else tuple(tuple(kv) for kv in pairs)
-
-
-def _keep_scratch(cfg: models.ModelConfig, cache: models.KVCache, cols: Array) -> models.KVCache:
-    """Copy each row's scratch (last) column of keys/values into its column `cols[row]`."""
-    def copy(x, time_axis):  # time_axis counted from the end: -2 for keys, -1 for values
-        def row(r, col):
-            t = r.ndim + time_axis
-            src = jax.lax.index_in_dim(r, r.shape[t] - 1, axis=t)
-            return jax.lax.dynamic_update_slice_in_dim(r, src, col, axis=t)
-        batch = x.ndim - 4
-        return jax.vmap(row, in_axes=(batch, 0), out_axes=batch)(x, cols)
-    return _unpairs(cfg, [(copy(k, -2), copy(v, -1)) for k, v in _pairs(cfg, cache)])
 
 
 def _copy_prompts(cfg: models.ModelConfig, cache: models.KVCache, prompt_cache: models.KVCache,
@@ -126,8 +115,7 @@ def _prefill(params: dict, cfg: models.ModelConfig, tokens: Array, mask: Array,
     b, p = tokens.shape
     hidden, cache = models.forward_with_cache(params, cfg, tokens, models.positions_from_mask(mask),
                                               mask, models.init_cache(cfg, b, p), jnp.int32(0))
-    scratch = jnp.zeros((b, n), bool).at[:, -1].set(True)
-    return _Prompts(cache, hidden[:, -1], jnp.concatenate([mask, scratch], axis=1),
+    return _Prompts(cache, hidden[:, -1], jnp.concatenate([mask, jnp.zeros((b, n), bool)], axis=1),
                     mask.sum(-1).astype(jnp.int32))
 
 
@@ -165,26 +153,27 @@ def _row_sampler(scfg: SamplingConfig, unembed: Array, impl: str, rows: int, key
 
 def _decode_step(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, sample_rows,
                  prompts: _Prompts, state: _Slots) -> _Slots:
-    """Sample every busy slot's next token, feed it back, refill the slots that finished."""
+    """Refill the idle slots from the queue, sample every busy slot's next token and feed it
+    back; a row that finishes leaves its slot idle for the next step's refill."""
     g, n = scfg.num_samples, scfg.max_new_tokens
     r, (s, width) = state.tokens.shape[0], state.kv_mask.shape
-    scratch = width - 1
+    idle = state.req >= r
+    state = jax.lax.cond(jnp.any(idle) & (state.queue < r),
+                         lambda st: _refill(cfg, st, idle, prompts, g), lambda st: st, state)
     busy = state.req < r
     tok, logp, ent = sample_rows(state.hidden, state.req // g, state.req % g, state.step)
     out = (jnp.where(busy, state.req, r), state.step)  # idle slots write out of range: dropped
     finished = busy & (jnp.isin(tok, jnp.asarray(scfg.eos_ids, jnp.int32)) | (state.step == n - 1))
+    cols = jnp.minimum(width - n + state.step, width - 1)  # idle rows' steps run past N
+    kv_mask = state.kv_mask.at[jnp.arange(s), cols].set(True)
     hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], state.positions[:, None],
-                                              state.kv_mask, state.cache, jnp.int32(scratch))
-    # a row that goes on keeps its token at column P + step; the others copy scratch onto itself
-    cols = jnp.where(busy & ~finished, scratch - n + 1 + state.step, scratch)
-    state = state._replace(
-        step=state.step + 1, hidden=hidden[:, 0], cache=_keep_scratch(cfg, cache, cols),
-        kv_mask=state.kv_mask.at[jnp.arange(s), cols].set(True), positions=state.positions + 1,
+                                              kv_mask, state.cache, cols)
+    return state._replace(
+        req=jnp.where(finished, r, state.req), step=state.step + 1, hidden=hidden[:, 0],
+        cache=cache, kv_mask=kv_mask, positions=state.positions + 1,
         tokens=state.tokens.at[out].set(tok.astype(jnp.int32), mode="drop"),
         logps=state.logps.at[out].set(logp, mode="drop"),
         ents=state.ents.at[out].set(ent, mode="drop"))
-    return jax.lax.cond(jnp.any(finished), lambda st: _refill(cfg, st, finished, prompts, g),
-                        lambda st: st, state)
 
 
 def _rollouts(scfg: SamplingConfig, prompt_tokens: Array, prompt_mask: Array, tokens: Array,
@@ -230,9 +219,8 @@ def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingCon
     state = _Slots(idle, jnp.zeros((s,), jnp.int32), hidden, models.init_cache(cfg, s, p + n),
                    jnp.zeros((s, p + n), bool), jnp.zeros((s,), jnp.int32), jnp.int32(0),
                    jnp.full((r, n), scfg.pad_id, jnp.int32), zeros, zeros)
-    state = _refill(cfg, state, jnp.ones((s,), bool), prompts, g)
     state = jax.lax.while_loop(
-        lambda st: jnp.any(st.req < r),
+        lambda st: jnp.any(st.req < r) | (st.queue < r),
         functools.partial(_decode_step, params, cfg, scfg, sample_rows, prompts), state)
     return _rollouts(scfg, prompt_tokens, prompt_mask, state.tokens, state.logps, state.ents)
 
