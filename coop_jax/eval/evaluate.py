@@ -117,14 +117,15 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                     template: str, chat: bool = False, verifier=None, k: int = 8,
                     temperature: float = 0.7, top_p: float = 0.95, greedy: bool = True,
                     max_prompt_len: int, max_new_tokens: int, batch_size: int = 64, seed: int = 0,
-                    kernel_impl: str = "auto", also: dict[str, Any] | None = None
-                    ) -> tuple[dict, list[dict]]:
+                    kernel_impl: str = "auto", also: dict[str, Any] | None = None,
+                    engine: str = "static", slots: int = 0) -> tuple[dict, list[dict]]:
     """Greedy accuracy and/or avg@k, pass@k (k samples per problem), mean response length,
     each ``{"mean", "ci_low", "ci_high"}`` with a bootstrap 95% interval over problems.
 
     ``k=0`` skips sampling (the training loop's fast periodic greedy eval). Rows are one per
     completion: ``{id, question, prompt, reference, completion, extracted, correct, mode,
     sample_index, length}`` with mode "greedy" or "sampled". ``also``: as in `score_policy`.
+    ``engine`` / ``slots``: the sampler, as in `sampling.generate_completions`.
     """
     _check_records(records)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -134,7 +135,8 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
     prompts = [format_prompt(template, r["question"], tokenizer=tokenizer, chat=chat)
                for r in records]
     common = dict(max_prompt_len=max_prompt_len, max_new_tokens=max_new_tokens,
-                  batch_size=batch_size, kernel_impl=kernel_impl, top_k=0)
+                  batch_size=batch_size, kernel_impl=kernel_impl, top_k=0, engine=engine,
+                  slots=slots)
     gens, truncated = {}, {}
     if greedy:
         texts, lens, trunc = generate_texts(params, model_cfg, tokenizer, prompts,

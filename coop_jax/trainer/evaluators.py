@@ -30,7 +30,8 @@ class EvalSettings:
     """What the evaluators read of the config, built once by the entry point (`from_config`):
     the schedule (each listed evaluator's name and cadence, in `config.evals` order), the
     policy evaluation's sampling (`eval`, with the rollouts' prompt and length), the RM's held-out
-    triples and input format."""
+    triples and input format. The policy evaluation samples with the rollouts' engine
+    (`rollout.engine`, `rollout.slots`)."""
     schedule: tuple[tuple[str, int], ...]
     prompt_template: str
     chat_template: bool
@@ -45,6 +46,8 @@ class EvalSettings:
     kernel_impl: str
     rm_heldout_triples: str = ""
     rm_format: RMInputFormat | None = None
+    engine: str = "static"
+    slots: int = 0
 
     @classmethod
     def from_config(cls, config) -> "EvalSettings":
@@ -55,7 +58,8 @@ class EvalSettings:
                    config.rollout.max_new_tokens, e.k, e.temperature, e.top_p, e.headline,
                    e.batch_size, config.seed, config.kernels.impl,
                    config.cooper.heldout_triples,
-                   RMInputFormat.from_config(config) if config.cooper.heldout_triples else None)
+                   RMInputFormat.from_config(config) if config.cooper.heldout_triples else None,
+                   config.rollout.engine, int(config.rollout.slots))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +157,7 @@ def policy_accuracy(run: EvalContext) -> dict:
         template=s.prompt_template, chat=s.chat_template, verifier=run.verifier, k=s.k,
         temperature=s.temperature, top_p=s.top_p, greedy=True, max_prompt_len=s.max_prompt_len,
         max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, seed=s.seed,
-        kernel_impl=s.kernel_impl, also=run.strict)
+        kernel_impl=s.kernel_impl, also=run.strict, engine=s.engine, slots=s.slots)
     metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
                "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
     for name in run.strict:

@@ -131,6 +131,40 @@ def test_generate_completions_pads_the_last_batch(tiny, synthetic_records, synth
     assert all(ch.isprintable() or ch == "\n" for t in texts for ch in t[0])
 
 
+def test_the_continuous_engine_evaluates_like_the_static_sampler(tiny, verifier,
+                                                                  synthetic_records,
+                                                                  synthetic_eval):
+    """engine="continuous" (the trainer's evaluation under rollout.engine=continuous): greedy,
+    the same completions through 3 slots as the static sampler's, up to a near-tie of a random
+    model; sampled, the completions do not depend on the slot count."""
+    cfg, params, tok = tiny
+    report, rows = ev.evaluate_policy(params, cfg, tok, synthetic_records, template="synthetic",
+                                      verifier=verifier, k=2, seed=0, engine="continuous",
+                                      slots=3, **SHAPES)
+    _check_report(report, rows, synthetic_records, 2)
+    pick = lambda rs, mode: [r["completion"] for r in rs if r["mode"] == mode]
+    static = pick(synthetic_eval[1], "greedy")
+    same = sum(a == b for a, b in zip(pick(rows, "greedy"), static))
+    assert same >= len(static) - 1, (pick(rows, "greedy"), static)
+    five = ev.evaluate_policy(params, cfg, tok, synthetic_records, template="synthetic",
+                              verifier=verifier, k=2, greedy=False, seed=0,
+                              engine="continuous", slots=5, **SHAPES)[1]
+    assert pick(five, "sampled") == pick(rows, "sampled")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        sampling.generate_completions(params, cfg, tok, ["x"], temperature=0.0,
+                                      engine="paged", **SHAPES)
+
+
+def test_the_trainers_evaluation_follows_rollout_engine():
+    from conftest import repo_config
+    from coop_jax.trainer.evaluators import EvalSettings
+    c = repo_config("tiny_test")
+    assert (EvalSettings.from_config(c).engine, EvalSettings.from_config(c).slots) == ("static", 0)
+    c.rollout.update(engine="continuous", slots=3)
+    assert (EvalSettings.from_config(c).engine, EvalSettings.from_config(c).slots) == (
+        "continuous", 3)
+
+
 def test_evaluate_policy_rejects_bad_arguments(tiny, synthetic_records):
     cfg, params, tok = tiny
     with pytest.raises(ValueError, match="nothing to evaluate"):
