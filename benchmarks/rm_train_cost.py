@@ -29,13 +29,13 @@ def measure(layers: int, steps: int, num_train: int) -> dict:
 
     from coop_jax.config import load_config_file
     from coop_jax.rm.input import RMInputFormat
-    from coop_jax.rm.train.loop import build_state
+    from coop_jax.rm.train.loop import build_state, config_mesh
 
     config = load_config_file(os.path.join(ROOT, "configs", "smollm2_arithmetic.py"))
     config.reward_model.keep_layers = layers
     config.rm_train.mode = "train"
     opts = config.rm_train
-    setup = build_state(config, opts, num_train)
+    setup = build_state(config.reward_model, config_mesh(config), opts, num_train)
     length = RMInputFormat.from_config(config).max_len
     rng = np.random.default_rng(0)
     batch = {"tokens": rng.integers(0, 49152, (opts.batch_size, length), dtype=np.int32),

@@ -190,10 +190,11 @@ def config_mesh(config):
                                                             jax.device_count()))
 
 
-def build_state(config, opts, num_train: int) -> RMSetup:
-    mesh = config_mesh(config)
+def build_state(section, mesh, opts, num_train: int) -> RMSetup:
+    """The RM of `section` (`config.reward_model`, or `opts.init_hf`) on `mesh`, its optimiser
+    and compiled step for `num_train` triples under the `rm_train` settings `opts`."""
     _check_batch_size(opts, mesh)
-    cfg, params, tokenizer, tok_path, base_hf = load_rm(config.reward_model, mesh, opts.seed,
+    cfg, params, tokenizer, tok_path, base_hf = load_rm(section, mesh, opts.seed,
                                                         opts.init_hf or None)
     total = opts.epochs * math.ceil(num_train / opts.batch_size)
     tx = rm_optimizer(opts, total)
@@ -415,7 +416,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     heldout_fmt = input_format(config)
     fmt = dataclasses.replace(heldout_fmt, char_cut=opts.char_cut)
     data_ = prepare_data(opts, train_triples, heldout_triples)
-    setup = build_state(config, opts, len(data_.train))
+    setup = build_state(config.reward_model, config_mesh(config), opts, len(data_.train))
     truncated = _truncated_fraction(setup.tokenizer, data_.train, fmt)
     os.makedirs(workdir, exist_ok=True)
     meta = _checkpoint_meta(config, opts, fmt, setup, len(data_.train))
