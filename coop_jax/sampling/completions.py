@@ -14,7 +14,7 @@ from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
 from coop_jax.sampling.engine import make_continuous
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
 
-ENGINES = ("static", "continuous")
+ENGINES = ("static", "continuous")  # rollout.engine: the static batch or sampling.engine
 
 
 def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,

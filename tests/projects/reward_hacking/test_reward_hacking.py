@@ -366,6 +366,7 @@ def test_the_committed_plan_runs_are_accepted_by_todays_config():
 
     from coop_jax.config import load_config_file
     from coop_jax.projects import run_store
+
     now = run_store.settings(load_config_file(os.path.join(ROOT, "configs", "toy_hacking.py")))
     attempt3 = set(load_config_file(os.path.join(ROOT, "configs", "toy_hacking_attempt3.py"))
                    .experiment.methods.split(","))
