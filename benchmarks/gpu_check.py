@@ -67,6 +67,18 @@ def model_config(s: dict, dtype: str, param_dtype: str, num_labels: int = 0, rem
         dtype=dtype, remat=remat)
 
 
+_progress: dict = {}  # the running section and its phase, for a watchdog kill to record
+
+
+def phase(label: str) -> None:
+    """Marks where the running section is: the log, a watchdog kill and `phase_s` all show it."""
+    now = time.perf_counter()
+    if "phase" in _progress:
+        _progress.setdefault("times", {})[_progress["phase"]] = now - _progress["since"]
+    _progress.update(phase=label, since=now)
+    print(f"[gpu_check]   {_progress.get('section')}: {label}", flush=True)
+
+
 def timed(fn: Callable, repeats: int = 3) -> tuple[float, object]:
     """(median wall seconds of `repeats` calls after one warm-up call, the warm-up output)."""
     repeats = 1 if SMOKE else repeats
@@ -113,6 +125,7 @@ def section_kernels(s: dict, smoke: bool) -> dict:
         g_lp, g_ent = jax.random.normal(k[3], (n,)), jax.random.normal(k[4], (n,))
         rows = {}
         for impl in ("reference", "xla", "pallas_gpu"):
+            phase(f"{dtype} {impl}")
             row = {}
             try:
                 kw = {"interpret": interpret} if impl == "pallas_gpu" else {}
@@ -177,8 +190,10 @@ def section_sampler(s: dict, smoke: bool) -> dict:
     from coop_jax.hf.convert import hf_config_from_model_config, params_to_hf
     cfg = model_config(s, "bfloat16", "bfloat16")
     device = "cpu" if smoke else "cuda"
+    phase("init params")
     params = jax.jit(lambda r: models.init_params(cfg, r))(jax.random.key(1))
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+    phase("transformers model")
     hf_cfg = transformers.Qwen2Config.from_dict(hf_config_from_model_config(cfg))
     hf_cfg.eos_token_id, hf_cfg.pad_token_id = cfg.vocab_size - 1, 0
     with torch.device(device):
@@ -196,7 +211,7 @@ def section_sampler(s: dict, smoke: bool) -> dict:
     prompts = np.random.default_rng(0).integers(1, cfg.vocab_size - 1, (b, p)).astype(np.int32)
     out = {"batch": b, "prompt": p, "new_tokens": n, "weight_bytes": weight_bytes}
 
-    # same weights: last-position logits agree (bf16)
+    phase("logit parity")  # same weights: last-position logits agree (bf16)
     with torch.inference_mode():
         hf_logits = model(torch.from_numpy(prompts[:2]).long().to(device)).logits[:, -1].float()
     ours = models.lm_logits(params, cfg, jnp.asarray(prompts[:2]))[:, -1]
@@ -205,6 +220,7 @@ def section_sampler(s: dict, smoke: bool) -> dict:
     scfg = sampling.SamplingConfig(max_new_tokens=n, eos_ids=(cfg.vocab_size - 1,), pad_id=0,
                                    valid_vocab=cfg.vocab_size - 1)
     sample = sampling.make(cfg, scfg)
+    phase("coop_jax sampler")
     tokens, mask = jnp.asarray(prompts), jnp.ones(prompts.shape, bool)
     t0 = time.perf_counter()
     jax.block_until_ready(sample(params, tokens, mask, jax.random.key(0)))
@@ -225,6 +241,7 @@ def section_sampler(s: dict, smoke: bool) -> dict:
         return res
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    phase("transformers generate")
     hf_run()  # warm-up
     t0 = time.perf_counter()
     res = hf_run()
@@ -280,6 +297,7 @@ def section_cooper(s: dict, smoke: bool) -> dict:
     cfg, tx, rm_tx = memory_plan.step_setup(config, s["layers"], True, "auto",
                                             valid_vocab=s["vocab"] - 271)
     key = jax.random.key(3)
+    phase("init params")
     policy = jax.jit(lambda r: models.init_params(cfg.policy, r))(key)
     ref = jax.tree_util.tree_map(jnp.copy, policy)
     rm = jax.jit(lambda r: models.init_params(cfg.rm, r))(jax.random.fold_in(key, 1))
@@ -299,6 +317,7 @@ def section_cooper(s: dict, smoke: bool) -> dict:
             batch[name] = np.zeros(sds.shape, sds.dtype)
     batch = jax.device_put(TrainBatch.from_flat(batch))
     step = jit_step(cfg, tx, rm_tx)
+    phase("compile")
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     out = {"compile_s": time.perf_counter() - t0, **memory_of(compiled)}
@@ -306,7 +325,8 @@ def section_cooper(s: dict, smoke: bool) -> dict:
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     out["xla_flops"] = float(cost.get("flops", float("nan"))) if cost else float("nan")
     times, metrics = [], None
-    for _ in range(2 if smoke else 3):
+    for i in range(2 if smoke else 3):
+        phase(f"step {i + 1}")
         t0 = time.perf_counter()
         state, outputs = compiled(state, batch)
         metrics = jax.block_until_ready(outputs.metrics)
@@ -326,8 +346,8 @@ def section_cooper(s: dict, smoke: bool) -> dict:
 
 SECTIONS = {  # name -> (function, estimated seconds on the H200, incl. compiles)
     "kernels": (section_kernels, 90),
-    "sampler": (section_sampler, 150),
-    "cooper": (section_cooper, 150),
+    "sampler": (section_sampler, 280),  # 271 s on the first H200 run
+    "cooper": (section_cooper, 400),  # unfinished after 394 s there: give it the budget
 }
 
 
@@ -365,6 +385,10 @@ def main(argv=None) -> int:
     def watchdog():  # a hung compile must not eat the whole device lease
         time.sleep(a.budget_s + 30)
         results["killed_by_watchdog"] = True
+        if _progress:
+            results["sections"][_progress["section"]] = {
+                "status": "killed", "phase": _progress.get("phase"),
+                "phase_s": time.perf_counter() - _progress.get("since", start)}
         write()
         os._exit(3)
     if not a.smoke:  # CPU smoke runs on shared machines: their wall time says nothing
@@ -378,6 +402,8 @@ def main(argv=None) -> int:
             write()
             continue
         t0 = time.perf_counter()
+        _progress.clear()
+        _progress["section"] = name
         try:
             res = fn(shapes, a.smoke)
             res["status"] = "ok"
@@ -385,6 +411,8 @@ def main(argv=None) -> int:
             res = {"status": "error", "error": f"{type(e).__name__}: {e}"[:2000],
                    "traceback": traceback.format_exc()[-3000:]}
         res["section_s"] = time.perf_counter() - t0
+        phase("done")
+        res["phase_s"] = _progress.get("times", {})
         res["device_peak_bytes_so_far"] = device_peak()
         results["sections"][name] = res
         write()

@@ -2,7 +2,8 @@
 
 Both avoid the [tokens, vocab] logits (151,936 columns for Qwen) by walking the vocabulary in
 tiles: ``impl="xla"`` is a ``lax.scan`` (CPU default), ``impl="pallas"`` a Mosaic-TPU or Triton
-kernel chosen by ``jax.default_backend()`` (``"auto"`` picks it on TPU/GPU).
+kernel chosen by ``jax.default_backend()`` (``"auto"`` picks it on TPU only:
+the Triton kernels lost to the XLA scan on an H200, docs/results/gpu).
 """
 from coop_jax.kernels._common import IMPLS
 from coop_jax.kernels.logprobs import fused_logprobs

@@ -136,7 +136,7 @@ def fused_logprobs(hidden: jax.Array, unembed: jax.Array, targets: jax.Array, *,
       targets: [N] int token ids. Rows whose target is outside [0, valid_vocab) (use -1) are
         masked: logp = entropy = 0 there and they contribute no gradient.
       temperature: > 0, Python float or scalar array (treated as a constant, no gradient).
-      impl: "auto" (Pallas on TPU/GPU, "xla" elsewhere), "reference" (materialised [N, V]),
+      impl: "auto" (Pallas on TPU, "xla" elsewhere), "reference" (materialised [N, V]),
         "xla" (scan over vocab tiles), "pallas" (TPU or GPU kernel by backend; on CPU the TPU
         kernel in interpret mode), "pallas_tpu" / "pallas_gpu" (force one kernel flavour).
       interpret: Pallas interpret mode: False, True or ``pltpu.InterpretParams(...)``.

@@ -27,6 +27,8 @@ def test_gpu_check_smoke(tmp_path):
     assert not errors, errors
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert result["smoke"] and result["environment"]["backend"] == "cpu"
+    assert {"compile", "step 1", "step 2"} <= set(sections["cooper"]["phase_s"])
+    assert "transformers generate" in sections["sampler"]["phase_s"]
 
     kernels = sections["kernels"]["bfloat16"]
     for impl in ("xla", "pallas_gpu"):

@@ -121,6 +121,13 @@ def test_auto_never_picks_an_unpartitionable_kernel(monkeypatch):
     assert _common.resolve_impl("auto", False, on_mesh=True) == "pallas_tpu"
 
 
+def test_auto_takes_xla_on_gpu(monkeypatch):
+    """The Triton kernels lost to XLA's scan on an H200 (docs/results/gpu); `pallas` still runs them."""
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert _common.resolve_impl("auto", False, on_mesh=True) == "xla"
+    assert _common.resolve_impl("pallas", False, on_mesh=True) == "pallas_gpu"
+
+
 def test_vmem_tiles_follow_capacity_and_dtype():
     """v4's 16 MiB VMEM gets tiles with more HBM traffic (1/bn + 1/bv) than v5e's 128 MiB, bf16
     no more than f32, and every choice fits the VMEM limit (the compile check is
