@@ -51,7 +51,8 @@ def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
 @pytest.mark.parametrize("script,flag", [
     ("learner_step.py", "--arm NAME:FIELD=VALUE"), ("vs_trl.py", "--arm NAME:FIELD=VALUE"),
     ("prefix_sharing.py", "--group-sizes"), ("learner_breakdown.py", "--repeats"),
-    ("rm_train_cost.py", "--layers"), ("same_metrics.py", "--before")])
+    ("rm_train_cost.py", "--layers"), ("same_metrics.py", "--before"),
+    ("profile_gradient_pass.py", "--side")])
 def test_the_benchmarks_answer_help(script, flag):
     done = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"],
                           capture_output=True, text=True, cwd=learner_step.ROOT)
@@ -80,3 +81,24 @@ def test_same_metrics_compares_every_non_timing_value():
     assert same.differences(a, b, frozenset({"extra"}))[1] == [
         "step 0: loss 0.5 vs 0.500000000001"]
     assert same.differences(b, a, frozenset({"extra"}))[1][-1] == "step 1: extra only in before"
+
+
+def test_the_profile_names_each_compiled_instruction_by_category_and_model_site():
+    import jax
+    import jax.numpy as jnp
+    profile = repo_module("benchmarks/profile_gradient_pass.py", "profile_gradient_pass")
+
+    def layer(x, w):
+        with jax.named_scope("layers_3"):
+            return jnp.tanh(x @ w).sum()
+    hlo = jax.jit(layer).lower(jnp.ones((8, 16)), jnp.ones((16, 4))).compile().as_text()
+    ops = profile.hlo_opcodes(hlo)
+    assert {"matmul", "reduction fusion"} <= {category for category, _ in ops.values()}
+    sites = {site for category, site in ops.values() if category == "matmul"}
+    assert any(site.startswith("layers_*/") for site in sites), sites
+    assert all("jit(" not in site.split("/")[0] for site in sites), sites
+    assert [profile.torch_category(op) for op in (
+        "aten::mm", "aten::bmm", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+        "aten::_log_softmax", "aten::copy_", "aten::sum", "aten::mul")] == [
+        "matmul", "matmul", "attention", "softmax", "copy / transpose", "reduction",
+        "elementwise / other"]
