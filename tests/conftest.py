@@ -9,9 +9,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import atexit  # noqa: E402
 import pathlib  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
+
+# One persistent XLA compilation cache for the whole run: both xdist workers and every child
+# process they start (CLI runs, multi-process jobs) load what another already compiled. The
+# controller makes it before the workers start, so they inherit it, and removes it at exit; a
+# test that wants its own passes its own JAX_COMPILATION_CACHE_DIR. COOP_JAX_TEST_XLA_CACHE=0
+# turns it off.
+if ("JAX_COMPILATION_CACHE_DIR" not in os.environ
+        and os.environ.get("COOP_JAX_TEST_XLA_CACHE", "1") != "0"):
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="coop_jax_xla_cache_")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 TESTS = pathlib.Path(__file__).resolve().parent
 REPO = TESTS.parent  # the repository root; the tests' folders mirror coop_jax/'s packages

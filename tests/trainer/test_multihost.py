@@ -29,8 +29,10 @@ NEAR_ZERO = {"pg_loss": 1e-4}
 
 
 def _env(tmp_path) -> dict:
-    # one persistent compilation cache: later runs of the same program skip its compile
-    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+    # one persistent compilation cache (the suite's, tests/conftest.py, when it has one): later
+    # runs of the same program, here or in another test, skip its compile
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp_path / "jax_cache")
+    return dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache,
                 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 

@@ -40,7 +40,8 @@ def smol(tmp_path_factory):
         folder = hf.local_folder(gguf)  # the cached folder, no second conversion
         yield types.SimpleNamespace(gguf=gguf, folder=folder, lm=lm, cache=str(cache),
                                     tokenizer=load_tokenizer(gguf),
-                                    jax_cache=str(tmp_path_factory.mktemp("jax_cache")))
+                                    jax_cache=os.environ.get("JAX_COMPILATION_CACHE_DIR")
+                                    or str(tmp_path_factory.mktemp("jax_cache")))
 
 
 @pytest.fixture(scope="module")

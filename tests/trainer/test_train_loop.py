@@ -205,8 +205,10 @@ def _cli(workdir, steps, overlap=False):
 # parameters); the resumed run prepares them again instead of sampling with the step-2 ones
 @pytest.mark.parametrize("overlap", [False, True], ids=["series", "overlap"])
 def test_kill9_resume_matches_uninterrupted_run(tmp_path, overlap):
-    # The three processes share a persistent compilation cache: only the first one compiles.
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+    # The three processes share a persistent compilation cache (the suite's when it has one):
+    # only the first one compiles.
+    cache = os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(tmp_path / "jax_cache")
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache,
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     steps = 4
