@@ -353,7 +353,9 @@ FIELD_DOCS: dict[str, str] = {
     "rl.pad_buckets": "learner: padding cut to the batch's longest, rounded up to one of this "
                       "many lengths per axis (0: full lengths)",
     "rl.share_prompt_prefix": "learner: each prompt's forward runs once for its group's "
-                              "rollouts, which attend to its keys and values",
+                              "rollouts, which attend to its keys and values; with "
+                              "rl.pad_buckets, the RM's inputs likewise share their group's "
+                              "(question, reference) tokens",
     "optim.learning_rate": "policy AdamW peak learning rate",
     "optim.warmup_steps": "policy learning-rate warm-up steps",
     "optim.schedule": "policy learning-rate schedule after the warm-up",

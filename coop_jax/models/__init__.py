@@ -5,6 +5,8 @@ from coop_jax.models.families import MODEL_FAMILIES, ModelFamily
 from coop_jax.models.forward import (
     abstract_params,
     forward_with_cache,
+    grouped_hidden_states,
+    grouped_reward_scores,
     hidden_states,
     init_boxed,
     init_cache,
@@ -22,7 +24,8 @@ from coop_jax.models.transformer import KVCache, Transformer
 
 __all__ = [
     "KVCache", "MODEL_FAMILIES", "ModelConfig", "ModelFamily", "Transformer", "abstract_params",
-    "forward_with_cache", "hidden_states", "init_boxed", "init_cache", "init_params",
+    "forward_with_cache", "grouped_hidden_states",
+    "grouped_reward_scores", "hidden_states", "init_boxed", "init_cache", "init_params",
     "last_token_index", "lm_logits", "param_count", "positions_from_mask", "reward_scores",
     "stack_layers", "unembed_matrix", "unstack_layers",
 ]

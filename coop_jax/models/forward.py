@@ -72,15 +72,56 @@ def last_token_index(attention_mask: Array) -> Array:
     return jnp.max(jnp.where(attention_mask.astype(bool), t, 0), axis=-1)
 
 
-def reward_scores(params: Params, cfg: ModelConfig, tokens: Array, attention_mask: Array) -> Array:
-    """Sequence-classification head read at the last non-pad token: [B] float32 (num_labels=1)."""
+def grouped_hidden_states(params: Params, cfg: ModelConfig, prefix_tokens: Array,
+                          prefix_mask: Array, suffix_tokens: Array, suffix_mask: Array,
+                          group_size: int) -> tuple[Array, Array]:
+    """`hidden_states` of rows [prefix | suffix] in groups of `group_size` consecutive rows that
+    share one prefix (row r's prefix is its group's; only rows 0, G, 2G, ... of `prefix_*` are
+    read): each prefix runs once, its keys and values are repeated for the G suffixes, which
+    attend to them, and their gradients sum into them. Positions, masks and causality are those
+    of the unshared forward over the concatenated rows, so the values are its own to float32
+    rounding. Returns (prefix hidden [R / G, P, D], suffix hidden [R, S, D])."""
+    rows, p = prefix_tokens.shape
+    g = group_size
+    mask = jnp.concatenate([prefix_mask, suffix_mask], axis=1).astype(bool)
+    positions = positions_from_mask(mask)
+    prefix_kv = jnp.where(jnp.arange(mask.shape[1]) < p, mask[::g], False)
+    model = Transformer(cfg)
+    # the prefix pass writes its keys/values into slots [0, P) of a cache as long as the rows
+    prefix_hidden, cache = model.apply({"params": params}, prefix_tokens[::g], positions[::g, :p],
+                                       prefix_kv, init_cache(cfg, rows // g, mask.shape[1]), 0)
+    cache = jax.tree_util.tree_map(lambda c: jnp.repeat(c, g, axis=-4), cache)  # batch axis
+    suffix_hidden, _ = model.apply({"params": params}, suffix_tokens, positions[:, p:], mask,
+                                   cache, p)
+    return prefix_hidden, suffix_hidden
+
+
+def _score_head(params: Params, cfg: ModelConfig, hidden: Array, attention_mask: Array) -> Array:
+    """The sequence-classification head of `hidden` [B, T, D] read at each row's last valid
+    token of `attention_mask`: [B] float32 (num_labels=1) or [B, num_labels]."""
     if not cfg.is_reward_model:
         raise ValueError("reward_scores needs a reward model config (num_labels > 0)")
-    hidden = hidden_states(params, cfg, tokens, attention_mask)
     last = jnp.take_along_axis(hidden, last_token_index(attention_mask)[:, None, None], axis=1)[:, 0]
     head = params["score"]["kernel"].astype(cfg.jnp_dtype)
     scores = jnp.einsum("bd,dl->bl", last, head, preferred_element_type=jnp.float32)
     return scores[:, 0] if cfg.num_labels == 1 else scores
+
+
+def reward_scores(params: Params, cfg: ModelConfig, tokens: Array, attention_mask: Array) -> Array:
+    """Sequence-classification head read at the last non-pad token: [B] float32 (num_labels=1)."""
+    return _score_head(params, cfg, hidden_states(params, cfg, tokens, attention_mask),
+                       attention_mask)
+
+
+def grouped_reward_scores(params: Params, cfg: ModelConfig, prefix_tokens: Array,
+                          prefix_mask: Array, suffix_tokens: Array, suffix_mask: Array,
+                          group_size: int) -> Array:
+    """`reward_scores` of rows [prefix | suffix] whose groups of `group_size` rows share one
+    prefix (`grouped_hidden_states`), read at each row's last valid suffix token (every row's
+    suffix holds one; a row without any gets its suffix's first position)."""
+    _, hidden = grouped_hidden_states(params, cfg, prefix_tokens, prefix_mask, suffix_tokens,
+                                      suffix_mask, group_size)
+    return _score_head(params, cfg, hidden, suffix_mask)
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:

@@ -6,9 +6,7 @@ import jax.numpy as jnp
 
 from coop_jax import kernels
 from coop_jax.models.config import ModelConfig
-from coop_jax.models.forward import (hidden_states, init_cache, positions_from_mask,
-                                     unembed_matrix)
-from coop_jax.models.transformer import Transformer
+from coop_jax.models.forward import grouped_hidden_states, hidden_states, unembed_matrix
 
 
 def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
@@ -52,19 +50,9 @@ def grouped_response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax
     are repeated for the G responses, which attend to them, and their gradients sum into them.
     Positions, masks and causality are those of the unshared forward, so the values are its own
     to float32 rounding."""
-    rows, p = prompt_tokens.shape
+    prompt_hidden, response_hidden = grouped_hidden_states(
+        params, cfg, prompt_tokens, prompt_mask, response_tokens, response_mask, group_size)
     g = group_size
-    mask = jnp.concatenate([prompt_mask, response_mask], axis=1).astype(bool)
-    positions = positions_from_mask(mask)
-    prompts, prompt_kv = prompt_tokens[::g], jnp.where(jnp.arange(mask.shape[1]) < p,
-                                                       mask[::g], False)
-    model = Transformer(cfg)
-    # the prompt pass writes its keys/values into slots [0, P) of a cache as long as the rows
-    prompt_hidden, cache = model.apply({"params": params}, prompts, positions[::g, :p],
-                                       prompt_kv, init_cache(cfg, rows // g, mask.shape[1]), 0)
-    cache = jax.tree_util.tree_map(lambda c: jnp.repeat(c, g, axis=-4), cache)  # batch axis
-    response_hidden, _ = model.apply({"params": params}, response_tokens, positions[:, p:], mask,
-                                     cache, p)
     # response token t is predicted by the prompt's last position (t = 0) or response token t - 1
     hidden = jnp.concatenate([jnp.repeat(prompt_hidden[:, -1:], g, axis=0),
                               response_hidden[:, :-1]], axis=1)

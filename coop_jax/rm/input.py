@@ -182,3 +182,56 @@ def write_triples(path: str, triples: Sequence[dict]) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for t in triples:
             fh.write(json.dumps({k: t[k] for k in TRIPLE_KEYS}) + "\n")
+
+
+# ---------------------------------------------------------------------- a shared prefix
+def shared_prefix_lengths(tokens: np.ndarray, mask: np.ndarray, group_size: int) -> np.ndarray:
+    """[R / G] how many leading tokens every row of each group of `group_size` consecutive
+    right-padded RM inputs has in common (the tokens of its question and reference, and whatever
+    its completions share), capped so that every row keeps at least one token of its own (the
+    score is read at its last). Rows with no valid token do not constrain their group."""
+    tokens, mask = np.asarray(tokens), np.asarray(mask).astype(bool)
+    rows, width = tokens.shape
+    groups = tokens.reshape(rows // group_size, group_size, width)
+    valid = mask.reshape(groups.shape)
+    used = valid.any(axis=2)  # [groups, G] rows that hold an input
+    first = np.take_along_axis(groups, used.argmax(axis=1)[:, None, None], axis=1)
+    agree = ((groups == first) & valid) | ~used[:, :, None]
+    common = np.where(agree.all(axis=1).all(axis=1), width, agree.all(axis=1).argmin(axis=1))
+    shortest = np.where(used, valid.sum(axis=2), width).min(axis=1)
+    return np.maximum(np.minimum(common, shortest - 1), 0).astype(np.int32)
+
+
+def split_at(tokens: np.ndarray, mask: np.ndarray, lengths: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded rows [R, L] cut after `lengths` [R] tokens (at most a row's own length):
+    (prefix, its mask) left-padded and (suffix, its mask) right-padded, each [R, L], so that
+    [prefix | suffix] holds the row's valid tokens in order, as the prompt and the response of a
+    policy row do."""
+    tokens, mask = np.asarray(tokens), np.asarray(mask).astype(bool)
+    rows, width = tokens.shape
+    own = mask.sum(axis=1)
+    cut = np.minimum(np.asarray(lengths), own)
+    col = np.arange(width)
+    prefix_mask = col >= (width - cut)[:, None]
+    prefix_src = np.clip(col - (width - cut)[:, None], 0, width - 1)
+    suffix_mask = col < (own - cut)[:, None]
+    suffix_src = np.clip(col + cut[:, None], 0, width - 1)
+    take = lambda src, keep: np.where(keep, np.take_along_axis(tokens, src, axis=1), 0)
+    return (take(prefix_src, prefix_mask).astype(tokens.dtype), prefix_mask,
+            take(suffix_src, suffix_mask).astype(tokens.dtype), suffix_mask)
+
+
+def split_groups(tokens: np.ndarray, mask: np.ndarray, group_size: int,
+                 lengths: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`split_at` of groups of `group_size` consecutive rows after their group's shared prefix
+    (`lengths` [R / G], default `shared_prefix_lengths`); every row of a group carries the
+    group's prefix, taken from its first row with an input."""
+    rows, width = np.shape(tokens)
+    lengths = shared_prefix_lengths(tokens, mask, group_size) if lengths is None else lengths
+    prefix, prefix_mask, suffix, suffix_mask = split_at(tokens, mask,
+                                                        np.repeat(lengths, group_size))
+    first = np.asarray(mask).reshape(-1, group_size, width).any(axis=2).argmax(axis=1)
+    rep = np.repeat(np.arange(rows // group_size) * group_size + first, group_size)
+    return prefix[rep], prefix_mask[rep], suffix, suffix_mask

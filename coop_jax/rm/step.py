@@ -21,8 +21,13 @@ Array = jax.Array
 
 
 class RMInputs(flax.struct.PyTreeNode):
-    tokens: Array  # [R, L] the RM's input of each rollout (coop_jax.rm.input)
+    """The RM's input of each rollout (coop_jax.rm.input), whole, or with `prefix_tokens` cut
+    after the prefix its group of G rows shares (`rm.input.split_groups`, rl.share_prompt_prefix):
+    then `tokens` holds each row's own suffix, and the prefix runs once per group."""
+    tokens: Array  # [R, L] right-padded
     mask: Array    # [R, L]
+    prefix_tokens: Array | None = None  # [R, P] left-padded: the row's group's prefix
+    prefix_mask: Array | None = None
 
 
 class PairBatch(flax.struct.PyTreeNode):
@@ -31,7 +36,9 @@ class PairBatch(flax.struct.PyTreeNode):
     RM's scores (`rollout_hardest`) sends rollout indices instead of texts: `pos_row` (the
     positive's row in its group), `neg_choices` (its group's candidate rows) and `neg_rank`
     (which of them, by score); the step fills the tokens from the rollouts' RM inputs
-    (`resolve_pairs`). `swap`: 1 where the pair's labels are swapped (sham Cooper)."""
+    (`resolve_pairs`). `swap`: 1 where the pair's labels are swapped (sham Cooper). With
+    `prefix_tokens`, the pair's two inputs share that prefix and the token fields hold their
+    suffixes (rl.share_prompt_prefix)."""
     pos_tokens: Array  # [N, L] RM input of each pair's positive
     pos_mask: Array
     neg_tokens: Array  # [N, L] ... and of its negative
@@ -41,6 +48,8 @@ class PairBatch(flax.struct.PyTreeNode):
     neg_choices: Array | None = None  # [N, G] 1 for each candidate negative of the group
     neg_rank: Array | None = None     # [N] int32: 0 = the highest-scored candidate
     swap: Array | None = None         # [N] 1 = labels swapped
+    prefix_tokens: Array | None = None  # [N, P] left-padded prefix of both inputs
+    prefix_mask: Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,13 +61,39 @@ class RMUpdate:
     micro_batches: int = 1  # the pairs' gradient accumulated over this many micro-batches
 
 
-def rm_rewards(rm_params, rm_cfg: models.ModelConfig, tokens: Array, mask: Array,
+def rollout_scores(rm_params, rm_cfg: models.ModelConfig, rm: RMInputs, group_size: int
+                   ) -> Array:
+    """[R] raw RM scores of the rollouts' RM inputs, each group's shared prefix run once where
+    the inputs come split (`RMInputs.prefix_tokens`)."""
+    if rm.prefix_tokens is None:
+        return models.reward_scores(rm_params, rm_cfg, rm.tokens, rm.mask)
+    return models.grouped_reward_scores(rm_params, rm_cfg, rm.prefix_tokens, rm.prefix_mask,
+                                        rm.tokens, rm.mask, group_size)
+
+
+def rm_rewards(rm_params, rm_cfg: models.ModelConfig, rm: RMInputs, group_size: int = 1,
                threshold: bool = False) -> tuple[Array, Array]:
     """(reward in [0, 1], raw score) of each rollout under the given RM parameters; `threshold`:
     the reward is 1[sigmoid(score) > 0.5] instead of sigmoid(score)."""
-    scores = models.reward_scores(rm_params, rm_cfg, tokens, mask)
+    scores = rollout_scores(rm_params, rm_cfg, rm, group_size)
     prob = jax.nn.sigmoid(scores)
     return (prob > 0.5).astype(jnp.float32) if threshold else prob, scores
+
+
+def pair_scores(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch) -> tuple[Array, Array]:
+    """([N], [N]) raw RM scores of each pair's positive and negative; with a shared prefix, the
+    two suffixes of a pair (rows 2i and 2i + 1) attend to one run of it."""
+    if pairs.prefix_tokens is None:
+        return (models.reward_scores(rm_params, rm_cfg, pairs.pos_tokens, pairs.pos_mask),
+                models.reward_scores(rm_params, rm_cfg, pairs.neg_tokens, pairs.neg_mask))
+    width = max(pairs.pos_tokens.shape[1], pairs.neg_tokens.shape[1])
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
+    both = lambda a, b: jnp.stack([pad(a), pad(b)], axis=1).reshape(-1, width)
+    scores = models.grouped_reward_scores(
+        rm_params, rm_cfg, jnp.repeat(pairs.prefix_tokens, 2, axis=0),
+        jnp.repeat(pairs.prefix_mask, 2, axis=0), both(pairs.pos_tokens, pairs.neg_tokens),
+        both(pairs.pos_mask, pairs.neg_mask), 2).reshape(-1, 2)
+    return scores[:, 0], scores[:, 1]
 
 
 def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
@@ -66,8 +101,7 @@ def bradley_terry_loss(rm_params, rm_cfg: models.ModelConfig, pairs: PairBatch,
     """mean over valid pairs of -log sigmoid(r_pos - r_neg); 0 (and no gradient) without pairs.
     `num_valid`: the mean's denominator when `pairs` is a micro-batch of the step's pairs (the
     step's valid-pair count); the losses of its micro-batches then add up to the step's."""
-    pos = models.reward_scores(rm_params, rm_cfg, pairs.pos_tokens, pairs.pos_mask)
-    neg = models.reward_scores(rm_params, rm_cfg, pairs.neg_tokens, pairs.neg_mask)
+    pos, neg = pair_scores(rm_params, rm_cfg, pairs)
     valid = pairs.valid.astype(jnp.float32)
     count = valid.sum()
     n = jnp.maximum(count if num_valid is None else num_valid, 1.0)
@@ -95,6 +129,9 @@ def resolve_pairs(pairs: PairBatch, rm: RMInputs, scores: Array, group_size: int
         width = max(rm.tokens.shape[1], pairs.pos_tokens.shape[1])
         pad = lambda x: jnp.pad(x, ((0, 0), (0, width - x.shape[1])))
         own = pairs.pos_row[:, None] >= 0
+        if rm.prefix_tokens is not None:  # the pair's prefix is its group's
+            pairs = pairs.replace(prefix_tokens=rm.prefix_tokens[group * group_size],
+                                  prefix_mask=rm.prefix_mask[group * group_size])
         pairs = pairs.replace(
             pos_tokens=jnp.where(own, pad(rm.tokens[pos_rows]), pad(pairs.pos_tokens)),
             pos_mask=jnp.where(own, pad(rm.mask[pos_rows]), pad(pairs.pos_mask)),

@@ -13,7 +13,8 @@ structure (a pytree), not a runtime switch:
 
 `TrainBatch.to_global` is the one place where host-local rows become global arrays
 (`coop_jax.parallel.host`): host i holds block i of every field. `trim_padding` cuts the
-columns that are padding in every row of every host before that, to one of a few lengths.
+columns that are padding in every row of every host before that, to one of a few lengths;
+`share_rm_prefix` first cuts the RM's inputs after the prefix that each group shares.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import jax
 import numpy as np
 
 from coop_jax.parallel import host
+from coop_jax.rm.input import shared_prefix_lengths, split_at, split_groups
 from coop_jax.rm.step import PairBatch, RMInputs
 
 Array = Any  # np.ndarray on the host, jax.Array after `to_global`
@@ -114,6 +116,8 @@ PADDED_AXES = (
     ("prompt", ("prompt_tokens", "prompt_mask"), ("prompt_mask",)),
     ("response", ("tokens", "mask", "behaviour_logprobs", "behaviour_entropy"), ("mask",)),
     ("rm", ("rm_tokens", "rm_mask"), ("rm_mask",)),
+    ("rm_prefix", ("rm_prefix_tokens", "rm_prefix_mask"), ("rm_prefix_mask",)),
+    ("pair_prefix", ("pair_prefix_tokens", "pair_prefix_mask"), ("pair_prefix_mask",)),
     ("pair", ("pair_pos_tokens", "pair_pos_mask", "pair_neg_tokens", "pair_neg_mask"),
      ("pair_pos_mask", "pair_neg_mask")),
 )
@@ -156,3 +160,52 @@ def trim_padding(batch: TrainBatch, buckets: int) -> tuple[TrainBatch, dict[str,
             if f in flat:
                 flat[f] = flat[f][:, start:start + lengths[name]]
     return TrainBatch.from_flat(flat), lengths
+
+
+# ---------------------------------------------------------------------- the RM's shared prefix
+def _group_prefix_lengths(batch: TrainBatch, group_size: int) -> np.ndarray:
+    """[groups] the prefix every RM input of a group shares: its rollouts' and, for pairs whose
+    positive is the host's reference solution (pos_row -1), that positive's too."""
+    rm, pairs = batch.rm, batch.pairs
+    rows = [np.asarray(rm.tokens).reshape(-1, group_size, rm.tokens.shape[1])]
+    masks = [np.asarray(rm.mask).reshape(rows[0].shape).astype(bool)]
+    if pairs is not None and pairs.neg_choices is not None:
+        per_group = len(pairs.valid) // rows[0].shape[0]
+        reference = (np.asarray(pairs.pos_row) < 0)[:, None] & np.asarray(pairs.pos_mask, bool)
+        rows.append(np.asarray(pairs.pos_tokens).reshape(-1, per_group, pairs.pos_tokens.shape[1]))
+        masks.append(reference.reshape(rows[1].shape))
+    width = max(r.shape[2] for r in rows)
+    pad = lambda x: np.pad(x, ((0, 0), (0, 0), (0, width - x.shape[2])))
+    tokens, mask = (np.concatenate([pad(x) for x in xs], axis=1) for xs in (rows, masks))
+    return shared_prefix_lengths(tokens.reshape(-1, width), mask.reshape(-1, width),
+                                 tokens.shape[1])
+
+
+def share_rm_prefix(batch: TrainBatch, group_size: int) -> TrainBatch:
+    """`batch` with its RM inputs cut after the prefix each group shares (the question and the
+    reference, and whatever the completions share), so the step runs it once per group
+    (`RMInputs.prefix_tokens`); Cooper's pairs likewise: pairs resolved on device from the
+    rollouts take their group's prefix there, and their host positives are cut at it; pairs
+    sent as texts share the prefix of their two inputs (`PairBatch.prefix_tokens`). Token
+    values and order are unchanged: [prefix | suffix] is each whole input. Every axis is as wide
+    as the whole input (`trim_padding` then cuts them to the batch)."""
+    rm, pairs = batch.rm, batch.pairs
+    lengths = _group_prefix_lengths(batch, group_size)
+    prefix, prefix_mask, suffix, suffix_mask = split_groups(rm.tokens, rm.mask, group_size,
+                                                            lengths)
+    rm = RMInputs(suffix, suffix_mask, prefix, prefix_mask)
+    if pairs is not None and pairs.neg_choices is not None:
+        per_group = len(pairs.valid) // len(lengths)
+        _, _, suffix, suffix_mask = split_at(pairs.pos_tokens, pairs.pos_mask,
+                                             np.repeat(lengths, per_group))
+        pairs = pairs.replace(pos_tokens=suffix, pos_mask=suffix_mask)
+    elif pairs is not None:
+        width = max(pairs.pos_tokens.shape[1], pairs.neg_tokens.shape[1])
+        pad = lambda x: np.pad(np.asarray(x), ((0, 0), (0, width - np.shape(x)[1])))
+        both = lambda a, b: np.stack([pad(a), pad(b)], axis=1).reshape(-1, width)
+        prefix, prefix_mask, suffix, suffix_mask = split_groups(
+            both(pairs.pos_tokens, pairs.neg_tokens), both(pairs.pos_mask, pairs.neg_mask), 2)
+        pairs = pairs.replace(pos_tokens=suffix[::2], pos_mask=suffix_mask[::2],
+                              neg_tokens=suffix[1::2], neg_mask=suffix_mask[1::2],
+                              prefix_tokens=prefix[::2], prefix_mask=prefix_mask[::2])
+    return batch.replace(rm=rm, pairs=pairs)

@@ -49,7 +49,7 @@ from coop_jax.rm.load import RMSource, load_reward_model
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
                                        RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
                                        rm_label_metrics)
-from coop_jax.trainer.batch import StepOutputs, TrainBatch, trim_padding
+from coop_jax.trainer.batch import StepOutputs, TrainBatch, share_rm_prefix, trim_padding
 from coop_jax.trainer.step import (StepConfig, TrainState, init_state, jit_step,
                                    place_state, state_shardings)
 from coop_jax.verify import RuleVerifier
@@ -230,6 +230,13 @@ class CompiledStep:
         return {f"shape/{k}_len": v for k, v in self.lengths.items()} | {
             "shape/compiled": len(self.shapes)}
 
+    def shares_rm_prefix(self, host_batch: TrainBatch) -> bool:
+        """The RM's inputs run each group's shared prefix once (`share_rm_prefix`) with
+        rl.share_prompt_prefix, groups of more than one row, and trimmed padding (its two cut
+        axes are as wide as the whole input until `trim_padding` cuts them)."""
+        return (self.cfg.share_prompt_prefix and self.cfg.group_size > 1 and self.pad_buckets > 0
+                and host_batch.rm is not None)
+
     def __call__(self, state: TrainState, host_batch: TrainBatch
                  ) -> tuple[TrainState, StepOutputs]:
         if self.cfg.share_prompt_prefix and not host_batch.groups_share_prompts(
@@ -237,6 +244,8 @@ class CompiledStep:
             raise ValueError("rl.share_prompt_prefix: the rows of a group do not share one "
                              "prompt (rows must be prompt-major, G rollouts per prompt)")
         if self.pad_buckets:
+            if self.shares_rm_prefix(host_batch):
+                host_batch = share_rm_prefix(host_batch, self.cfg.group_size)
             host_batch, self.lengths = trim_padding(host_batch, self.pad_buckets)
         self.shapes.add(tuple(x.shape for x in jax.tree_util.tree_leaves(host_batch)))
         batch = host_batch.to_global(self.mesh, self.cfg.num_views)

@@ -365,8 +365,8 @@ def train_step(state: TrainState, batch: TrainBatch, *, cfg: StepConfig, tx, rm_
         rm, rm_metrics = _rm_update(state, cfg, rm_tx, pairs)
         metrics.update(rm_metrics)
         # the updated RM on the same rollouts: does the co-trained RM follow the policy?
-        rm_scores_after = models.reward_scores(lora.combine(state.rm_base, rm.params), cfg.rm,
-                                               batch.rm.tokens, batch.rm.mask)
+        rm_scores_after = rm_step.rollout_scores(lora.combine(state.rm_base, rm.params), cfg.rm,
+                                                 batch.rm, cfg.group_size)
     return (state.replace(step=state.step + 1, policy=policy, rm=rm, kl_coef=kl_coef),
             StepOutputs(metrics, rm_scores, rm_scores_after, advantages))
 

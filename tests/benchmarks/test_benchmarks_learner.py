@@ -4,6 +4,7 @@ extra, not installed by the tests)."""
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 
@@ -102,3 +103,20 @@ def test_the_profile_names_each_compiled_instruction_by_category_and_model_site(
         "aten::_log_softmax", "aten::copy_", "aten::sum", "aten::mul")] == [
         "matmul", "matmul", "attention", "softmax", "copy / transpose", "reduction",
         "elementwise / other"]
+
+
+def test_the_rm_half_of_the_prefix_sweep_reports_both_parts(tmp_path):
+    """`prefix_sharing.py --rm`: the scoring forward and the pair gradient, shared and unshared,
+    at one tiny grid point (its pair scores are checked equal inside)."""
+    sweep = repo_module("benchmarks/prefix_sharing.py", "prefix_sharing")
+    out = tmp_path / "rm.json"
+    sweep.main(["--rm", "--layers=1", "--prompts=1", "--prompt-lens=8", "--response-lens=4",
+                "--group-sizes=2", "--repeats=1", f"--out={out}"])
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert result["half"] == "rm" and (row["prefix_len"], row["suffix_len"]) == (8, 4)
+    assert row["rows"] == 2 and row["pair_position_ratio"] == pytest.approx(8 / 12)
+    for part in ("scoring", "pairs"):
+        assert row[f"{part}_shared_s"] > 0 and row[f"{part}_unshared_s"] > 0
+        assert row[f"{part}_ratio"] == pytest.approx(
+            row[f"{part}_shared_s"] / row[f"{part}_unshared_s"])

@@ -9,8 +9,8 @@ from coop_jax.rm import train as rm_train
 from coop_jax.config import base_config, validate
 from coop_jax.data import format_prompt
 from coop_jax.hf.tokenizer import load_tokenizer
-from coop_jax.rm.input import (RMInputFormat, format_rm_input, tokenize_rm_inputs,
-                               trained_input_format)
+from coop_jax.rm.input import (RMInputFormat, format_rm_input, shared_prefix_lengths, split_at,
+                               split_groups, tokenize_rm_inputs, trained_input_format)
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 
@@ -89,3 +89,34 @@ def test_trained_input_format_of_old_and_new_checkpoints():
                                          "question_format": "question", "truncation_side": "left"}
     new = base_config().to_dict()
     assert trained_input_format(new)["question_format"] == "prompt"
+
+
+# ---------------------------------------------------------------------- the shared prefix
+def _rows(*rows, width=8):
+    tokens = np.zeros((len(rows), width), np.int32)
+    for i, r in enumerate(rows):
+        tokens[i, :len(r)] = r
+    return tokens, tokens > 0
+
+
+def test_a_group_shares_its_longest_common_prefix_and_every_row_keeps_a_token():
+    tokens, mask = _rows([1, 2, 3, 4], [1, 2, 3, 5, 6],  # share 3 tokens
+                         [1, 2], [1, 2],                 # identical: 1, so each keeps one
+                         [7, 8, 9], [],                  # an empty row does not constrain
+                         [4, 5], [6])                    # nothing shared
+    assert shared_prefix_lengths(tokens, mask, 2).tolist() == [3, 1, 2, 0]
+
+
+def test_split_rows_rebuild_each_whole_input_and_carry_their_groups_prefix():
+    tokens, mask = _rows([1, 2, 3, 4], [1, 2, 3, 5, 6], [], [7, 8, 9])
+    prefix, prefix_mask, suffix, suffix_mask = split_groups(tokens, mask, 2)
+    assert prefix_mask.sum(axis=1).tolist() == [3, 3, 2, 2]  # left-padded, the group's prefix
+    assert prefix[:2, -3:].tolist() == [[1, 2, 3]] * 2 and prefix[3, -2:].tolist() == [7, 8]
+    for r in range(4):
+        whole = tokens[r][mask[r]]
+        rebuilt = np.concatenate([prefix[r][prefix_mask[r]], suffix[r][suffix_mask[r]]])
+        assert (r == 2 and not suffix_mask[r].any()) or rebuilt.tolist() == whole.tolist()
+    assert suffix[:2, :2].tolist() == [[4, 0], [5, 6]] and suffix_mask.shape == tokens.shape
+    # a cut is never past a row's own length
+    _, pm, _, sm = split_at(tokens, mask, np.array([9, 9, 9, 1]))
+    assert pm.sum(1).tolist() == [4, 5, 0, 1] and sm.sum(1).tolist() == [0, 0, 0, 2]

@@ -106,7 +106,7 @@ def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
     """The tiny config with the reward-hacking plan's start policy (it answers about a third of
     these right, so groups hold both kinds): k = 2 pairs per group, half the labels swapped,
     all-wrong groups paired with their reference solution. The step's count of valid pairs is
-    the host's."""
+    the host's, and the RM's inputs share their groups' prefix."""
     c = repo_config("tiny_test")
     c.model.hf_path = os.path.join(ROOT, "docs", "results", "reward_hacking", "plan", "inputs",
                                    "start_policy")
@@ -123,6 +123,8 @@ def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
         assert r["pairs/valid"] <= 2 * c.rollout.prompts_per_step  # k = 2 per prompt
         assert r["rm_valid_pairs"] == r["pairs/valid"]
         assert 0 <= r["pairs/reference_positive"] <= r["pairs/valid"]
+        # rl.share_prompt_prefix: the RM's inputs ran each group's (question, reference) once
+        assert r["shape/rm_prefix_len"] > 0
 
 
 def test_a_group_with_no_correct_rollout_takes_the_reference_solution_on_device():

@@ -120,7 +120,8 @@ def test_cooper_joint_step_equals_separate_updates():
     joint, metrics = jit_step(joint_cfg, TX, RM_TX, donate=False)(state, batch)
 
     # 1) the policy update alone, with rewards from the PRE-update RM passed as batch rewards
-    proxy, _ = rm_rewards(before_rm, RM, jnp.asarray(batch.rm.tokens), jnp.asarray(batch.rm.mask))
+    rm_inputs = jax.tree_util.tree_map(jnp.asarray, batch.rm)
+    proxy, _ = rm_rewards(before_rm, RM, rm_inputs)
     policy_only = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla")
     alone, alone_metrics = jit_step(policy_only, TX, donate=False)(
         _state(False), batch.replace(rewards=np.asarray(proxy)))
@@ -137,8 +138,7 @@ def test_cooper_joint_step_equals_separate_updates():
     moved = jax.tree_util.tree_map(lambda a, b: float(np.max(np.abs(a - b))), joint.rm.params,
                                    before_rm)
     assert max(jax.tree_util.tree_leaves(moved)) > 1e-4
-    proxy_after, _ = rm_rewards(joint.rm.params, RM, jnp.asarray(batch.rm.tokens),
-                                jnp.asarray(batch.rm.mask))
+    proxy_after, _ = rm_rewards(joint.rm.params, RM, rm_inputs)
     assert not np.allclose(proxy_after, proxy)
 
 
@@ -461,3 +461,70 @@ def test_a_prefix_shared_step_equals_the_unshared_step(monkeypatch, case):
     for name in ref_metrics:
         assert float(metrics[name]) == pytest.approx(float(ref_metrics[name]), rel=2e-5,
                                                      abs=1e-7), name
+
+
+def _rm_batch_with_shared_prefixes(seed: int, pairs_on_device: bool) -> TrainBatch:
+    """`_grouped(_batch(seed))` whose RM inputs are real-looking: each group's rows start with
+    the group's (question, reference) tokens (of 0-7 tokens), then their own completion (1-4
+    tokens), right-padded to 16. Pairs are texts of the group's prefix plus a completion, or
+    (`pairs_on_device`) rollout_hardest rows with a reference positive for groups 1 and 3."""
+    from coop_jax.trainer import cooper
+    rng = np.random.default_rng(seed)
+    batch, width = _grouped(_batch(seed)), 16
+    heads = [rng.integers(1, 60, n).tolist() for n in (5, 0, 7, 3)]
+    whole = lambda head: head + rng.integers(1, 60, rng.integers(1, 5)).tolist()
+    pad = lambda rows: np.array([r + [0] * (width - len(r)) for r in rows], np.int32)
+    rm_rows = [whole(heads[r // G]) for r in range(G * PROMPTS)]
+    flat = batch.to_flat() | {"rm_tokens": pad(rm_rows), "rm_mask": pad(rm_rows) > 0}
+    if pairs_on_device:
+        labels = np.asarray(batch.rewards)
+        labels[4:8] = 0  # group 1: no right rollout, so its positive is the reference
+        pairs, _ = cooper.ranked_rollout_pairs(labels, G, 2, [False, True, False, True])
+        refs = [whole(heads[i // 2]) if row < 0 else [] for i, row in enumerate(pairs.pos_row)]
+        pairs = pairs.replace(pos_tokens=pad(refs), pos_mask=pad(refs) > 0,
+                              neg_tokens=np.zeros((len(refs), width), np.int32),
+                              neg_mask=np.zeros((len(refs), width), bool))
+        flat = {k: v for k, v in flat.items() if not k.startswith("pair_")} | {
+            "pair_" + k: v for k, v in vars(pairs).items() if v is not None}
+        flat["rewards"] = labels
+    else:
+        pos, neg = ([whole(h) for h in heads] for _ in range(2))
+        flat |= {"pair_pos_tokens": pad(pos), "pair_pos_mask": pad(pos) > 0,
+                 "pair_neg_tokens": pad(neg), "pair_neg_mask": pad(neg) > 0}
+    return TrainBatch.from_flat(flat)
+
+
+@pytest.mark.parametrize("pairs_on_device", [False, True])
+@pytest.mark.parametrize("mesh_shape", [None, (2, 2, 2)])
+def test_the_rms_shared_prefix_gives_the_unshared_step(pairs_on_device, mesh_shape):
+    """rl.share_prompt_prefix in the RM's half: each group's RM inputs cut after their shared
+    prefix (`share_rm_prefix`) and trimmed to the batch give the whole inputs' step to float32
+    rounding: the policy and RM updates, the pre- and post-update RM scores of the rollouts, and
+    every metric; for pairs sent as texts and for pairs the step resolves from the rollouts
+    (with reference positives), on one device and on a (data, fsdp, tensor) mesh."""
+    from coop_jax.trainer.batch import share_rm_prefix, trim_padding
+    batch = _rm_batch_with_shared_prefixes(5, pairs_on_device)
+    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla",
+                     share_prompt_prefix=True, **RM_REWARD, rm_update=RMUpdate())
+    shared, lengths = trim_padding(share_rm_prefix(batch, G), buckets=8)
+    assert shared.rm.prefix_tokens is not None and lengths["rm"] < 16 and lengths["rm_prefix"] <= 8
+    assert (shared.pairs.prefix_tokens is None) == pairs_on_device
+    kwargs, state = dict(donate=False), lambda: _state(True)
+    if mesh_shape:
+        mesh = parallel.make_mesh(mesh_shape)
+        state = lambda: place_state(_state(True), mesh)
+        kwargs.update(state_shardings=state_shardings(state()),
+                      batch_sharding=parallel.batch_sharding(mesh, 1),
+                      replicated=parallel.replicated(mesh))
+    ref, ref_out = train_step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), batch)
+    got, out = train_step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), shared)
+    _close(got.policy.params, ref.policy.params, atol=1e-6)
+    _close(got.rm.params, ref.rm.params, atol=1e-6)
+    _close(out.rm_scores, ref_out.rm_scores)
+    _close(out.rm_scores_after, ref_out.rm_scores_after)
+    assert float(ref_out.metrics["rm_valid_pairs"]) == np.sum(batch.pairs.valid) >= 3
+    if pairs_on_device:  # a reference positive (pos_row -1) is among the trained pairs
+        assert np.any((np.asarray(batch.pairs.pos_row) < 0) & (batch.pairs.valid > 0))
+    for name in ref_out.metrics:
+        assert float(out.metrics[name]) == pytest.approx(float(ref_out.metrics[name]), rel=2e-5,
+                                                         abs=1e-7), name

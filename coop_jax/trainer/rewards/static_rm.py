@@ -13,8 +13,7 @@ from coop_jax.trainer.step import DeviceReward
 def rm_scores(state, cfg, batch, threshold: bool = False):
     """(sigmoid(score) or its 0/1 threshold, raw scores, metrics) of the batch's RM inputs under
     the PRE-update RM in `state`."""
-    proxy, scores = rm_rewards(state.rm_weights(), cfg.rm, batch.rm.tokens, batch.rm.mask,
-                               threshold)
+    proxy, scores = rm_rewards(state.rm_weights(), cfg.rm, batch.rm, cfg.group_size, threshold)
     return proxy, scores, {"proxy_reward_mean": proxy.mean(), "rm_score_mean": scores.mean()}
 
 
