@@ -182,6 +182,30 @@ def test_restore_keeps_target_shardings(tmp_path, mesh):
     ckpt.close()
 
 
+def test_saving_small_replicated_arrays_compiles_nothing(tmp_path, mesh):
+    """Arrays under a megabyte a replica are written by their first replica, not sliced between
+    replicas (one compiled slice program per shape, seconds on the first save of a process)."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **kw: compiles.append(event)
+        if event == "/jax/core/compile/backend_compile_duration" else None)
+    tree = {f"a{n}": jax.device_put(np.arange(n * 8, dtype=np.float32).reshape(n, 8),
+                                    NamedSharding(mesh, P(None, "tensor")))
+            for n in range(3, 13)}
+    big = np.ones((256, 2048), np.float32)  # 1 MiB a replica over the 2 x 2 replicas
+    tree["big"] = jax.device_put(big, NamedSharding(mesh, P(None, "tensor")))
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    before = len(compiles)
+    ckpt.save_items(1, {"tree": tree}, {"step": 1})
+    small_compiles = len(compiles) - before
+    restored, _ = ckpt.restore_items({"tree": tree}, 1)
+    ckpt.close()
+    assert small_compiles <= 1, small_compiles  # the large array's one slice program at most
+    for name, value in tree.items():
+        np.testing.assert_array_equal(np.asarray(restored["tree"][name]), np.asarray(value), name)
+
+
 CHILD = """
 import sys
 import numpy as np
