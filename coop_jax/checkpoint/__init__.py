@@ -10,6 +10,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.metadata import array_metadata_store
+from orbax.checkpoint._src.serialization import type_handler_registry
 
 from coop_jax import models
 from coop_jax.models import lora
@@ -19,10 +20,11 @@ from coop_jax.models import lora
 # process (4 s for the 1-layer Cooper state, 136 arrays), for nothing below a megabyte a replica.
 # Large arrays still save in parallel; a checkpoint written either way restores the same values.
 REPLICA_PARALLEL_MIN_BYTES = 1 << 20
-ocp.type_handlers.register_type_handler(
+type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY.add(
     jax.Array, ocp.type_handlers.ArrayHandler(
         array_metadata_store=array_metadata_store.Store(),
-        min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_BYTES), override=True)
+        min_slice_bytes_for_replica_parallel=REPLICA_PARALLEL_MIN_BYTES),
+    override=True, ignore_warnings=True)  # its warning would reach every command's stderr
 
 STATE_ITEMS = ("policy_params", "policy_opt_state", "ref_params", "rm_params", "rm_opt_state",
                "policy_base", "rm_base", "kl_coef")
