@@ -78,6 +78,9 @@ def pytest_report_header(config):
 # rendezvous on 2 cores (a 2-process launch test once timed out at 120 s in a full run, where
 # alone it takes seconds).
 MULTIPROCESS_MODULES = ("test_multihost", "test_launch_local")
+# The longest worker-bound groups, sent to the workers first (xdist hands out groups in collection
+# order): collected in tree order they came last, and one worker ran them while the other idled.
+FIRST_GROUPS = ("multiprocess", "test_real_model")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
@@ -95,6 +98,13 @@ def pytest_collection_modifyitems(config, items):
         scopes = {d.scope for defs in fixture_defs.name2fixturedefs.values() for d in defs}
         if "module" in scopes:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=_dispatch_rank)  # stable: the order within a group stays
+
+
+def _dispatch_rank(item) -> int:
+    marks = [m.args[0] for m in item.iter_markers("xdist_group") if m.args]
+    group = marks[0].rsplit(".", 1)[-1] if marks else ""
+    return FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -86,38 +86,6 @@ def test_metric_comparison_takes_none_as_equal_and_names_a_none_against_a_number
         _assert_same_metrics([{"step": 1, "loss": 0.5}], [{"step": 1, "loss": 0.6}])
 
 
-def test_rule_reward_on_two_processes_logs_the_metrics_of_one(tmp_path, capfd):
-    env = _env(tmp_path)
-    one, two = tmp_path / "one", tmp_path / "two"
-    # an entropy bonus gives the untrained policy (never right: rule rewards all 0) a gradient;
-    # the run starts with an SFT warm start, each host tokenising its block of its batches; the
-    # RL policy trains LoRA adapters (sharded like their base kernels), the base is the KL anchor.
-    # Rollouts come from the continuous engine with fewer slots than rows (the static sampler
-    # runs on two processes in the Cooper and coop-eval tests below).
-    overrides = ("--config.reward.type=rule", "--config.rl.entropy_coef=0.05",
-                 "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24",
-                 "--config.model.lora.rank=4", "--config.rollout.engine=continuous",
-                 "--config.rollout.slots=3")
-    _one_process(_train_command(one, 3, *overrides), env)
-    _two_processes(_train_command(two, 3, *overrides), env, capfd)
-    rows = _rows(two)
-    assert len(rows) == 4 and rows[-1]["loss"] is not None
-    _assert_same_metrics(_rows(one), rows)
-    # one process writes the run's files; both took part in the checkpoints
-    assert json.loads((two / "summary.json").read_text())["steps"] == 3
-    assert sorted(p.name for p in (two / "checkpoints").iterdir() if p.name.isdigit()) == [
-        "0", "2", "3"]
-    import jax
-
-    from coop_jax import checkpoint
-    from coop_jax.models import lora
-    ckpt = checkpoint.Checkpointer(str(two / "checkpoints"))
-    adapters = ckpt.load_item("policy_params", 3)
-    ckpt.close()
-    assert {p[-1].key for p, _ in jax.tree_util.tree_leaves_with_path(adapters)} <= set(
-        lora.ADAPTERS)
-
-
 def _children_of(workdir) -> list[int]:
     """PIDs of the processes whose command line names `workdir` (the launcher's children)."""
     pids = []
@@ -142,13 +110,23 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
     logged it, and goes on as the 1-process run. The pairs take every option whose rows depend
     on the host's place: negatives chosen on device by the RM's scores (rollout_hardest, 2 per
     group), the reference solution as the positive of all-wrong groups (tokenised by each host
-    for its prompts), and sham label swaps drawn per pair over all hosts."""
+    for its prompts), and sham label swaps drawn per pair over all hosts.
+
+    The same runs carry the host-dependent paths of the policy side (one set of runs for both,
+    to keep the suite short): an SFT warm start, each host tokenising its block of its batches;
+    a LoRA policy (adapters sharded like their base kernels, the base the KL anchor); rollouts
+    from the continuous engine with fewer slots than rows; the rule verifier's labels, which are
+    the pairs' labels and the logged rule accuracy. An entropy bonus gives the untrained policy
+    (never right) a gradient."""
     env = _env(tmp_path)
     overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True",
                  "--config.rl.entropy_coef=0.05", "--config.cooper.negative=rollout_hardest",
                  "--config.rollout.group_size=4", "--config.cooper.pairs_per_group=2",
                  "--config.cooper.reference_positive=True",
-                 "--config.cooper.pair_label_noise=0.5")
+                 "--config.cooper.pair_label_noise=0.5",
+                 "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24",
+                 "--config.model.lora.rank=4", "--config.rollout.engine=continuous",
+                 "--config.rollout.slots=3")
     one, killed = tmp_path / "one", tmp_path / "killed"
     _one_process(_train_command(one, 4, *overrides), env)
     launcher = subprocess.Popen(
@@ -185,6 +163,18 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
     resumed = _rows(killed)
     _assert_same_metrics(before_kill, resumed[:4], rel=1e-5)
     _assert_same_metrics(_rows(one), resumed)
+    # one process writes the run's files; both took part in the checkpoints
+    assert json.loads((killed / "summary.json").read_text())["steps"] == 4
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir() if p.name.isdigit()) == [
+        "0", "2", "4"]
+    import jax
+
+    from coop_jax.models import lora
+    ckpt = checkpoint.Checkpointer(str(killed / "checkpoints"))
+    adapters = ckpt.load_item("policy_params", 4)
+    ckpt.close()
+    assert {p[-1].key for p, _ in jax.tree_util.tree_leaves_with_path(adapters)} <= set(
+        lora.ADAPTERS)
 
 
 def test_coop_eval_on_two_processes_gives_the_numbers_of_one(tmp_path, capfd):

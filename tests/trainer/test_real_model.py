@@ -299,7 +299,8 @@ def _projection_pairs(base: dict, rm: dict):
 def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     """The README's Cooper command on the embedded default, shortened: the SFT warm start is
     replaced by the same start policy that the reward-hacking plan keeps (seed 0, the default's
-    300 SFT steps), then 4 RL steps of 8 prompts. The RM is the config's trained one
+    300 SFT steps), then 2 RL steps of 8 prompts (the RM's passes through SmolLM2's first 4
+    layers are most of each step's time). The RM is the config's trained one
     (cooper.rm_checkpoint): it ranks the first step's rollouts far above chance, and the
     rollouts' rule accuracy never falls to 0 (an untrained RM took it to 0 by step 40)."""
     args = documented_command("README.md", "coop-train --config=configs/default.py "
@@ -308,12 +309,12 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     start = os.path.join(ROOT, "docs", "results", "reward_hacking", "plan", "inputs",
                          "start_policy")
     out = _run(["coop_jax.trainer.loop", *[a for a in args if not a.startswith("--workdir=")],
-                f"--workdir={tmp_path}", "--config.train.steps=4", "--config.train.eval_every=0",
-                "--config.train.checkpoint_every=4", "--config.rollout.prompts_per_step=8",
+                f"--workdir={tmp_path}", "--config.train.steps=2", "--config.train.eval_every=0",
+                "--config.train.checkpoint_every=2", "--config.rollout.prompts_per_step=8",
                 "--config.sft.steps=0", f"--config.model.hf_path={start}"], smol)
     assert "UNTRAINED REWARD MODEL" not in out.stderr
     rows = [r for r in _metrics(tmp_path) if "rule_accuracy" in r]
-    assert len(rows) == 4
+    assert len(rows) == 2
     first = rows[0]
     assert first["rm_onpolicy_auc"] > 0.9 and first["rm_balanced_accuracy"] > 0.8, first
     assert all(r["rule_accuracy"] > 0 for r in rows), [r["rule_accuracy"] for r in rows]
