@@ -219,6 +219,14 @@ def _word(value: bool | None, yes: str, no: str) -> str:
     return "not tested" if value is None else yes if value else no
 
 
+def _disagreement(combined: dict) -> list[str]:
+    """The plan's reading of the Welch test: at p < 0.05 the draws disagree on that endpoint."""
+    split = [f"{e} (Welch p {c['welch_p']:.3f})" for e, c in combined.items()
+             if c.get("welch_p") is not None and c["welch_p"] < 0.05]
+    return ["", "The draws disagree on " + ", ".join(split) + ": the combined estimate there "
+            "is reported, not read as one effect."] if split else []
+
+
 def markdown(result: dict) -> list[str]:
     draws = list(result["draws"])
     md = ["# Reward-hacking plan, attempt 3: the pre-registered analysis", "",
@@ -233,8 +241,9 @@ def markdown(result: dict) -> list[str]:
     md += [f"- The primary contrast replicates across the draws: "
            f"{_word(v['replicates'], 'yes', 'no')}.",
            f"- The mechanism (static_rm_drgrpo − static_rm on the hacking gap, draw 1) is "
-           f"{_word(v['mechanism_supported'], 'supported', 'not supported')}.", "",
-           "## Contrasts", "", "Paired by seed; accuracy in percentage points, the hacking gap "
+           f"{_word(v['mechanism_supported'], 'supported', 'not supported')}.", ""]
+    md += [f"- {d}: {result['draws'][d]['precondition']['statement']}" for d in draws] + [
+           "", "## Contrasts", "", "Paired by seed; accuracy in percentage points, the hacking gap "
            "in reward units × 100; mean [95% t interval] (pairs).", "",
            "| contrast | endpoint | " + " | ".join(draws) + " | combined |",
            "|---|---|" + "---|" * (len(draws) + 1)]
@@ -247,6 +256,7 @@ def markdown(result: dict) -> list[str]:
                      else "")
             md.append(f"| {role}: {arm} − {base} | {e} | " + " | ".join(cells)
                       + f" | {_pp(comb) + extra if comb else '—'} |")
+    md += _disagreement(result["combined"])
     md += ["", "## Hacking gap per arm (mean [95% t interval] over seeds)", "",
            "| arm | " + " | ".join(draws + (["attempt 1"] if "attempt_1_gaps" in result
                                              else [])) + " |",

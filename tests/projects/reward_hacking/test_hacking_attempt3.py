@@ -81,6 +81,9 @@ def test_verdicts_follow_the_plans_words():
     assert "sham control" not in result["draws"]["draw 2"]["contrasts"]  # a draw-1 contrast
     md = "\n".join(attempt3.markdown(result))
     assert "**PARTIAL**" in md and "reduced the hack: yes; prevented it: no" in md
+    assert "- draw 1: The precondition occurred" in md  # its statement, per draw
+    # the primary's final contrast: +0.40 on draw 1, +0.30 on draw 2, each with a small spread
+    assert "The draws disagree on final (Welch p 0.000)" in md
 
 
 def test_missing_arms_are_not_tested_never_a_verdict():
