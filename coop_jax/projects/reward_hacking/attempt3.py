@@ -241,7 +241,7 @@ def markdown(result: dict) -> list[str]:
     md += [f"- The primary contrast replicates across the draws: "
            f"{_word(v['replicates'], 'yes', 'no')}.",
            f"- The mechanism (static_rm_drgrpo − static_rm on the hacking gap, draw 1) is "
-           f"{_word(v['mechanism_supported'], 'supported', 'not supported')}.", ""]
+           f"{_word(v['mechanism_supported'], 'supported', 'not supported')}."]
     md += [f"- {d}: {result['draws'][d]['precondition']['statement']}" for d in draws] + [
            "", "## Contrasts", "", "Paired by seed; accuracy in percentage points, the hacking gap "
            "in reward units × 100; mean [95% t interval] (pairs).", "",
@@ -275,14 +275,15 @@ def _diagnostics_markdown(result: dict) -> list[str]:
           "| draw | arm | " + " | ".join(DIAGNOSTICS) + " |",
           "|---|---|" + "---|" * len(DIAGNOSTICS)]
     num = lambda x: "—" if x is None else f"{x:.3g}"
-    for d, r in result["draws"].items():
+    for d, r in result["draws"].items():  # the table first, then each draw's lines below it
         for arm, row in r["diagnostics"].items():
             md.append(f"| {d} | {arm} | " + " | ".join(num(row[k]) for k in DIAGNOSTICS) + " |")
+    for d, r in result["draws"].items():
         if r["over_steps"]:
             md += ["", f"Primary contrast by evaluation step, {d} (pp): "
-                   + ", ".join(f"{s['step']}: {_pp(s)}" for s in r["over_steps"]), ""]
+                   + ", ".join(f"{s['step']}: {_pp(s)}" for s in r["over_steps"])]
         if r["missing"]:
-            md += ["", f"Missing on {d}: " + ", ".join(r["missing"]), ""]
+            md += ["", f"Missing on {d}: " + ", ".join(r["missing"])]
     return md
 
 
