@@ -4,10 +4,10 @@ import os
 # Most of the suite's CPU time is XLA:CPU compiling (its programs are tiny; each runs a few
 # times), so the tests compile for compile speed: LLVM at -O0 and the loop emitters instead of
 # the fusion emitters. A 1-layer Cooper step compiles in 2.0 s instead of 6.6 s, an eager op in
-# 25 ms instead of 53 ms, and test_train_step's Cooper tests take 62 s instead of 165 s. The HLO
-# passes are the same, and so is float arithmetic (no fast-math either way). The real-model
-# training runs drop XLA_FLAGS and compile as users do. Opt-in (COOP_JAX_TEST_FAST_COMPILE=1)
-# until a full suite has passed with it.
+# 25 ms instead of 53 ms, and 6 of test_train_step's Cooper tests take 62 s instead of 165 s.
+# The HLO passes are the same, and fast-math is off either way. The real-model training runs
+# drop XLA_FLAGS and compile as users do. Opt-in (COOP_JAX_TEST_FAST_COMPILE=1) until a full
+# suite has passed with it.
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
                 if os.environ.get("COOP_JAX_TEST_FAST_COMPILE", "0") == "1" else "")
 os.environ["XLA_FLAGS"] = (
@@ -88,7 +88,9 @@ def pytest_report_header(config):
 # alone it takes seconds).
 MULTIPROCESS_MODULES = ("test_multihost", "test_launch_local")
 # The longest worker-bound groups, sent to the workers first (xdist hands out groups in collection
-# order): collected in tree order they came last, and one worker ran them while the other idled.
+# order, and tree order put them last): longest first, so that no long group starts near the end
+# of the run while the other worker runs out of tests. Its effect on the suite's time is not
+# measured on its own.
 FIRST_GROUPS = ("multiprocess", "test_real_model")
 
 
