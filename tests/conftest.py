@@ -6,10 +6,10 @@ import os
 # the fusion emitters. A 1-layer Cooper step compiles in 2.0 s instead of 6.6 s, an eager op in
 # 25 ms instead of 53 ms, and 6 of test_train_step's Cooper tests take 62 s instead of 165 s.
 # The HLO passes are the same, and fast-math is off either way. The real-model training runs
-# drop XLA_FLAGS and compile as users do. Opt-in (COOP_JAX_TEST_FAST_COMPILE=1) until a full
-# suite has passed with it.
+# drop XLA_FLAGS and compile as users do. COOP_JAX_TEST_FAST_COMPILE=0 compiles the tests as
+# users do too.
 FAST_COMPILE = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-                if os.environ.get("COOP_JAX_TEST_FAST_COMPILE", "0") == "1" else "")
+                if os.environ.get("COOP_JAX_TEST_FAST_COMPILE", "1") == "1" else "")
 os.environ["XLA_FLAGS"] = (
     f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE} --xla_force_host_platform_device_count=8"
 ).strip()

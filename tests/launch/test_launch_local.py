@@ -23,8 +23,9 @@ ALLGATHER = """
         distributed=True, coordinator_address="", num_processes=0, process_id=-1,
         shape=(-1, 1, 1))))
     gathered = multihost_utils.process_allgather(np.array([jax.process_index()]))
-    print("gathered", gathered.ravel().tolist(), "processes", jax.process_count(), "devices",
-          jax.device_count(), "local", jax.local_device_count(), flush=True)
+    # one write: print's separate writes of its arguments let gloo's own log land between them
+    print(f"gathered {gathered.ravel().tolist()} processes {jax.process_count()} devices "
+          f"{jax.device_count()} local {jax.local_device_count()}", flush=True)
 """
 
 
