@@ -80,7 +80,10 @@ def get_config():
         # True: rebuild the SFT start and the static RM here even when results_dir keeps them
         # (plan/inputs/), and stop unless the rebuild has the kept digests (a clean-clone check;
         # bit-identical on the machine kind that built them, not across CPUs)
-        rebuild_inputs=False))
+        rebuild_inputs=False,
+        # after each run, its final policy's rollout diagnostic (hacked_rollouts.py) on this many
+        # training questions, kept beside its summary (rollouts.json): its checkpoints are not
+        rollout_diagnostic=128))
     # the static RM's training (the PyTorch calibration: lr 5e-5, batch 32, 300-500 steps;
     # 3 epochs of ~4,600 policy-sample triples = ~430 steps, past the calibration's transition at
     # 200-300; the offline corpus of 1600 questions holds ~10,600 training triples: ~1,000 steps)

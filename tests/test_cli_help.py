@@ -15,6 +15,7 @@ from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
 from coop_jax.projects.real_model import verifyrm as real_verifyrm
+from coop_jax.projects.reward_hacking import diagnostic_reruns
 from coop_jax.projects.reward_hacking import driver as reward_hacking
 from coop_jax.rm.train import cli as rm_cli
 from conftest import REPO
@@ -37,6 +38,8 @@ COMMANDS = {
     "coop_jax.projects.reward_hacking": (reward_hacking.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--[no]commit",
         "--[no]print_config"]),
+    "coop_jax.projects.reward_hacking.diagnostic_reruns": (diagnostic_reruns.cli, [
+        "--config=FILE", "--workdir", "--out", "--questions", "--[no]commit"]),
     "coop_jax.projects.real_model.verifyrm": (real_verifyrm.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--results", "--[no]commit",
         "--min_accuracy", "--generator_steps"]),
@@ -168,6 +171,11 @@ ERRORS = [
     ("coop_jax.projects.reward_hacking", [f"--config={HACKING}",
                                              "--config.rollout.group_size=1"],
      "config.rollout.group_size must be >= 2"),
+    ("coop_jax.projects.reward_hacking.diagnostic_reruns", [f"--config={HACKING}"],
+     "--out: required"),
+    ("coop_jax.projects.reward_hacking.diagnostic_reruns", [
+        f"--config={HACKING}", "--out=o", "--config.experiment.results_dir=/nonexistent"],
+     "config.experiment.results_dir '/nonexistent' keeps no plan inputs"),
     ("coop-export", ["--checkpoint=/nonexistent", "--out=o"],
      "--checkpoint: no such folder '/nonexistent'"),
 ]

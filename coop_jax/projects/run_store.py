@@ -24,10 +24,10 @@ from coop_jax.rl import default_clip_ratio_c
 
 log = logging.getLogger("coop_jax")
 
-KEPT_FILES = ("summary.json", "metrics.jsonl")
+KEPT_FILES = ("summary.json", "metrics.jsonl", "rollouts.json")
 # experiment fields that choose which runs to do, not how a run goes
 _SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroom_max_accuracy",
-                     "rebuild_inputs")
+                     "rebuild_inputs", "rollout_diagnostic")
 
 # run_fn(arm, seed, run_dir) -> the run's summary (it writes metrics.jsonl into run_dir)
 RunFn = Callable[[str, int, str], dict]

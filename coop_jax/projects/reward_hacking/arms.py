@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from coop_jax.trainer import rewards
+
 # arm -> (reward.type, cooper.negative); everything else is shared by all arms.
 ARMS = {
     "rule": ("rule", None),
@@ -71,3 +73,28 @@ def expected_runs(config) -> dict[str, list[int]]:
     seeds, n_random = _seeds(e.seeds), int(e.get("random_seeds", 0) or 0)
     return {arm: seeds[:n_random] if arm == "random" and n_random else seeds
             for arm in _methods(e.methods)}
+
+
+def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldout: str,
+               probes: str = ""):
+    """One run's config: `config` with the arm's reward, negative and overrides, the seed, the
+    start policy, and (RM arms) the static RM and its held-out triples."""
+    if arm not in ARMS:
+        raise ValueError(f"config.experiment.methods: unknown arm {arm!r}; one of {list(ARMS)}")
+    reward_type, negative = ARMS[arm]
+    c = config.copy_and_resolve_references()
+    c.seed = seed
+    c.reward.type = reward_type
+    if negative:
+        c.cooper.negative = negative
+    for field, value in ARM_OVERRIDES.get(arm, {}).items():
+        section, name = field.split(".")
+        c[section][name] = value
+    c.model.hf_path = policy_dir
+    c.sft.steps = 0
+    if probes:
+        c.probes.triples = probes
+    if reward_type in rewards.rm_reward_types():
+        c.cooper.rm_checkpoint = rm_dir
+        c.cooper.heldout_triples = heldout
+    return c

@@ -54,7 +54,7 @@ from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_ki
 from coop_jax.projects.reward_hacking import hack_probes, plan_inputs, results_page
 from coop_jax.projects import rm_corpus, run_store
 from coop_jax.projects.reward_hacking.arms import (  # noqa: F401
-    ARM_OVERRIDES, ARMS, _methods, _seeds, expected_runs)
+    ARM_OVERRIDES, ARMS, _methods, _seeds, expected_runs, run_config)
 from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
 from coop_jax.rm.input import RMInputFormat, read_triples, write_triples
 from coop_jax.rm.scoring import evaluate_reward_model
@@ -223,29 +223,6 @@ def probe_set(config, out_path: str) -> str:
     return out_path
 
 
-def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldout: str,
-               probes: str = ""):
-    if arm not in ARMS:
-        raise ValueError(f"config.experiment.methods: unknown arm {arm!r}; one of {list(ARMS)}")
-    reward_type, negative = ARMS[arm]
-    c = config.copy_and_resolve_references()
-    c.seed = seed
-    c.reward.type = reward_type
-    if negative:
-        c.cooper.negative = negative
-    for field, value in ARM_OVERRIDES.get(arm, {}).items():
-        section, name = field.split(".")
-        c[section][name] = value
-    c.model.hf_path = policy_dir
-    c.sft.steps = 0
-    if probes:
-        c.probes.triples = probes
-    if reward_type in rewards.rm_reward_types():
-        c.cooper.rm_checkpoint = rm_dir
-        c.cooper.heldout_triples = heldout
-    return c
-
-
 class IncompetentRM(RuntimeError):
     """The static RM failed the experiment's competence gate: no RL run may start."""
 
@@ -266,17 +243,26 @@ def competence_gate(rm_summary: dict, min_accuracy: float, min_auc: float) -> No
             "arm, as the pre-registered plan says; report this instead of the contrasts")
 
 
-def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = ""
-               ) -> run_store.RunFn:
-    """run(arm, seed, run_dir) -> the summary of one `coop-train` run of the experiment."""
+def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str = "",
+               diagnostic_questions: int = 0) -> run_store.RunFn:
+    """run(arm, seed, run_dir) -> the summary of one `coop-train` run of the experiment. With
+    `diagnostic_questions`, the run's final policy is then sampled again on that many training
+    questions (`hacked_rollouts.diagnose_run`) into run_dir/rollouts.json, kept with the run:
+    its checkpoints are not. It needs the static RM (`rm_dir`)."""
     def run(arm: str, seed: int, run_dir: str) -> dict:
         cpu = time.process_time()
-        summary = train.train(run_config(config, arm, seed, policy_dir, rm_dir, heldout, probes),
-                              run_dir)
+        c = run_config(config, arm, seed, policy_dir, rm_dir, heldout, probes)
+        summary = train.train(c, run_dir)
         # CPU seconds of this process (all its threads): wall time on a shared machine says
         # little about the cost on dedicated cores
-        return summary | {"arm": arm, "negative": ARMS[arm][1],
-                          "cpu_seconds": time.process_time() - cpu, "cpu": cpu_model()}
+        summary = summary | {"arm": arm, "negative": ARMS[arm][1],
+                             "cpu_seconds": time.process_time() - cpu, "cpu": cpu_model()}
+        if diagnostic_questions and rm_dir and "stopped_at" not in summary:
+            from coop_jax.projects.reward_hacking.hacked_rollouts import diagnose_run
+            found = diagnose_run(c, rm_dir, run_dir, arm, seed, diagnostic_questions)
+            with open(os.path.join(run_dir, "rollouts.json"), "w") as fh:
+                json.dump(found, fh, indent=1)
+        return summary
     return run
 
 
@@ -409,7 +395,8 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False,
     run_dirs = []
     ceiling = e.get("headroom_max_accuracy", 0.0)
     if ceiling and expected.get("rule"):
-        # the rule arm needs no RM: the headroom check comes before the corpus and the RM
+        # the rule arm needs no RM: the headroom check comes before the corpus and the RM (and
+        # so this run gets no rollout diagnostic, which scores with the static RM)
         first = ("rule", expected["rule"][0])
         run_dirs += run_store.run_all([first], arm_runner(config, policy_dir, "", "", probes),
                                       **store)
@@ -422,7 +409,8 @@ def main(config, workdir: str, command: str | None = None, commit: bool = False,
         heldout_path = os.path.join(rm_dir, plan_inputs.HELDOUT)
         competence_gate(rm_summary, e.get("rm_min_accuracy", 0.0), e.get("rm_min_auc", 0.0))
     run_dirs += run_store.run_all(runs, arm_runner(config, policy_dir, rm_dir, heldout_path,
-                                                   probes), **store)
+                                                   probes, e.get("rollout_diagnostic", 0)),
+                                  **store)
     from coop_jax.projects.reward_hacking.report import kept_run_dirs, write_hacking_report
     beside = {}
     if results_dir:  # the page reports every kept run, not only this driver's selection
@@ -457,6 +445,9 @@ EXPERIMENT_FIELD_DOCS = {
     "experiment.probe_questions": "held-out questions of the hack probes (0: no probes)",
     "experiment.results_dir": "where each finished run's summary is kept (and committed); a "
                               "rerun skips the runs kept there",
+    "experiment.rollout_diagnostic": "after each run, sample its final policy on this many "
+                                     "training questions and keep what the RMs make of it "
+                                     "(rollouts.json; 0: no diagnostic)",
     "experiment.rebuild_inputs": "rebuild the start policy and static RM even when kept, and "
                                  "stop unless they have the kept digests",
 }

@@ -185,6 +185,46 @@ def rm_scores(rm: tuple, tokenizer, config, records: Sequence[dict], texts) -> n
                          batch_size=64)
 
 
+def reward_models(static_rm_dir: str) -> tuple:
+    """(policy tokenizer, static RM, RM tokenizer); `static_rm_dir`: the driver's portable
+    static RM."""
+    from coop_jax import checkpoint
+    from coop_jax.hf.tokenizer import load_tokenizer
+
+    static = checkpoint.load_model(static_rm_dir, "rm")
+    # a Cooper run's RM is the static RM trained on: the same tokenizer (runs before coop-train
+    # recorded "rm_tokenizer" in their checkpoints carry the policy's there)
+    return load_tokenizer(), static, load_tokenizer(static[2].get("rm_tokenizer") or None)
+
+
+def diagnose_policy(c, records: Sequence[dict], params_cfg: tuple, own_rm: tuple | None,
+                    rms: tuple, seed: int) -> dict:
+    """The `summarise` of one policy (`params_cfg` = (ModelConfig, params)) on `records` under
+    run config `c`, scored by the static RM and, when given, the run's own RM (`rms`: from
+    `reward_models`)."""
+    tokenizer, static, rm_tokenizer = rms
+    texts, truncated = sample((*params_cfg, tokenizer), c, records, seed=10_000 + seed)
+    scores = {"static": rm_scores(static, rm_tokenizer, c, records, texts)}
+    if own_rm is not None:
+        scores["own"] = rm_scores(own_rm, rm_tokenizer, c, records, texts)
+    return summarise(rollout_rows(records, texts, truncated, scores)) | {"seed": seed}
+
+
+def diagnose_run(c, static_rm_dir: str, run_dir: str, arm: str, seed: int, questions: int
+                 ) -> dict:
+    """The diagnostic of one finished run (`run_dir` holds its final checkpoint; `c`: its run
+    config), for the driver to keep beside the run's summary."""
+    from coop_jax import checkpoint
+    from coop_jax.trainer import loop as train
+    from coop_jax.projects.reward_hacking.arms import ARMS
+
+    records = train.load_records(c).train[:questions]
+    cfg, params, _ = checkpoint.load_model(run_dir, "policy")
+    own = checkpoint.load_model(run_dir, "rm") if ARMS[arm][0] == "cooper" else None
+    return diagnose_policy(c, records, (cfg, params), own, reward_models(static_rm_dir), seed) | {
+        "arm": arm, "questions": questions}
+
+
 def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], questions: int,
              log=print) -> dict[str, list[dict]]:
     """arm -> the `summarise` of each seed's final policy (runs without a checkpoint in
@@ -192,14 +232,9 @@ def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], qu
     from coop_jax import checkpoint, hf
     from coop_jax.trainer import loop as train
     from coop_jax.projects.reward_hacking.arms import ARMS
-    from coop_jax.projects.reward_hacking.driver import run_config
-    from coop_jax.hf.tokenizer import load_tokenizer
+    from coop_jax.projects.reward_hacking.arms import run_config
 
-    tokenizer = load_tokenizer()
-    static = checkpoint.load_model(os.path.join(workdir, "static_rm_portable"), "rm")
-    # a Cooper run's RM is the static RM trained on: the same tokenizer (runs before coop-train
-    # recorded "rm_tokenizer" in their checkpoints carry the policy's there)
-    rm_tokenizer = load_tokenizer(static[2].get("rm_tokenizer") or None)
+    rms = reward_models(os.path.join(workdir, "static_rm_portable"))
     start = hf.load(os.path.join(workdir, "sft_policy"))
     out: dict[str, list[dict]] = {arm: [] for arm in arms}
     for seed in seeds:
@@ -208,20 +243,14 @@ def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], qu
         for arm in arms:
             run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
             if arm == START:
-                policy, own = (start.config, start.params, tokenizer), None
+                policy, own = (start.config, start.params), None
             elif os.path.isdir(os.path.join(run_dir, "checkpoints")):
-                cfg, params, _ = checkpoint.load_model(run_dir, "policy")
-                policy = (cfg, params, tokenizer)
+                policy = checkpoint.load_model(run_dir, "policy")[:2]
                 own = checkpoint.load_model(run_dir, "rm") if ARMS[arm][0] == "cooper" else None
             else:
                 log(f"skipped {arm} seed {seed}: no checkpoint in {run_dir}")
                 continue
-            texts, truncated = sample(policy, c, records, seed=10_000 + seed)
-            scores = {"static": rm_scores(static, rm_tokenizer, c, records, texts)}
-            if own is not None:
-                scores["own"] = rm_scores(own, rm_tokenizer, c, records, texts)
-            out[arm].append(summarise(rollout_rows(records, texts, truncated, scores)) | {
-                "seed": seed})
+            out[arm].append(diagnose_policy(c, records, policy, own, rms, seed))
             log(f"{arm} seed {seed}: gold accuracy {out[arm][-1]['gold_accuracy']:.3f}")
     return {arm: runs for arm, runs in out.items() if runs}
 

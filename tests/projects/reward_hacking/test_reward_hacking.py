@@ -242,6 +242,7 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     config.rm_train.update(mode="train", epochs=1, learning_rate=1e-3, batch_size=8)
     config.data.num_eval = 2
     config.train.update(steps=1, eval_every=1, checkpoint_every=1)
+    config.experiment.rollout_diagnostic = 2
     reward_hacking.main(config, str(tmp_path / "w1"))
     kept = results / "plan" / "inputs"
     assert {p.name for p in kept.iterdir()} >= {"start_policy", *plan_inputs.KEPT_RM_FILES}
@@ -253,6 +254,7 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
         str(tmp_path / w / "static_rm_portable"), "rm")[1]) for w in ("w1", "w2")]
     assert digests[0] == digests[1]
     assert set(out["groups"]) == {"static_rm"} and not out["partial"]
+    _check_diagnostic_reruns(config, tmp_path, results)
 
     # the clean-clone check: rebuild everything and compare with the kept digests
     before = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()}
@@ -265,6 +267,34 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     (kept / "rm_summary.json").write_text(json.dumps(summary))
     with pytest.raises(reward_hacking.results_page.RebuildMismatch, match="train_triples"):
         reward_hacking.main(config, str(tmp_path / "w3"))  # the same rebuild, other kept digest
+
+
+def _check_diagnostic_reruns(config, tmp_path, results):
+    """The driver keeps each run's rollout diagnostic; `diagnostic_reruns` reruns a kept run from
+    the kept inputs and, on the same machine, gets the same run and the same diagnostic."""
+    from coop_jax.projects.reward_hacking import diagnostic_reruns
+
+    kept_run = results / "runs" / "static_rm_s0"
+    kept = json.loads((kept_run / "rollouts.json").read_text())
+    assert kept["arm"] == "static_rm" and kept["seed"] == 0 and kept["groups"] == 2
+    assert "static" in kept and "own" not in kept  # a static-RM run has no RM of its own
+    out = tmp_path / "reruns"
+    arms = diagnostic_reruns.main(config, str(tmp_path / "w4"), str(out), 2, False, "cmd")
+    assert set(arms) == {"start", "static_rm"}
+    # bit-reproducible on one machine: the same run, the same samples, the same scores
+    assert (out / "runs" / "static_rm_s0" / "rollouts.json").read_text() == (
+        kept_run / "rollouts.json").read_text()
+    start = json.loads((out / "runs" / "start_s0" / "rollouts.json").read_text())
+    assert start["arm"] == "start" and start["groups"] == 2 and "static" in start
+    page = json.loads((out / "rollouts.json").read_text())
+    [row] = page["reruns_beside_kept"]
+    assert row["run"] == "static_rm_s0" and row["rerun"] == row["kept"] is not None
+    assert page["missing"] == {} and "Every planned run has its rerun" in (
+        out / "README.md").read_text()
+    config_without_inputs = config.copy_and_resolve_references()
+    config_without_inputs.experiment.results_dir = str(tmp_path / "nothing_kept")
+    with pytest.raises(ValueError, match="config.experiment.results_dir .* keeps no plan inputs"):
+        diagnostic_reruns.check_kept_inputs(config_without_inputs)
 
 
 def _git(repo, *args):
