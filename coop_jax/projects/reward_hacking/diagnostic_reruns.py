@@ -123,12 +123,12 @@ def main(config, workdir: str, out: str, questions: int, commit: bool, command: 
     seeds = sorted({s for v in expected.values() for s in v})
     start_diagnostics(config, workdir, out, seeds, questions, commit)
     runner = driver.arm_runner(config, policy_dir, rm_dir, heldout, probes, questions)
-    try:
-        run_store.run_all(driver.run_order(expected), runner, workdir=workdir,
-                          settings=run_store.settings(config), results_dir=out, commit=commit)
-    finally:  # the page of what is done so far, also when a run stops
-        arms = page(out, config.experiment.results_dir, command,
-                    {START_RUN: seeds, **expected})
+    planned = {START_RUN: seeds, **expected}
+    arms = page(out, config.experiment.results_dir, command, planned)
+    for run in driver.run_order(expected):  # the page follows each run, so a cut leaves it current
+        run_store.run_all([run], runner, workdir=workdir, settings=run_store.settings(config),
+                          results_dir=out, commit=commit)
+        arms = page(out, config.experiment.results_dir, command, planned)
         if commit:
             run_store.git_commit(out, "rollout diagnostic of reruns: the page")
     return arms
