@@ -194,9 +194,11 @@ def keep(run_dir: str, dest: str, message: str | None) -> None:
 
 
 def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str,
-            settings: dict, results_dir: str = "", commit: bool = False) -> list[str]:
+            settings: dict, results_dir: str = "", commit: bool = False,
+            what: str = "reward hacking: run") -> list[str]:
     """Every (arm, seed) not finished yet, in order; the folders that hold each run's summary
-    (the kept copy under `results_dir` when set, else the run's workdir)."""
+    (the kept copy under `results_dir` when set, else the run's workdir). `what` starts each
+    run's commit message."""
     out = []
     for arm, seed in runs:
         dest = kept_dir(results_dir, arm, seed) if results_dir else None
@@ -221,7 +223,7 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str,
                 json.dump(summary, fh, indent=2)
         _check_settings(summary, run_dir, settings)
         if dest:
-            keep(run_dir, dest, f"reward hacking: run {arm} seed {seed} "
+            keep(run_dir, dest, f"{what} {arm} seed {seed} "
                                 f"(final accuracy {summary.get('final_accuracy')})"
                  if commit else None)
         out.append(dest or run_dir)

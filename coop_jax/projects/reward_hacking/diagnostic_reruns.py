@@ -127,7 +127,8 @@ def main(config, workdir: str, out: str, questions: int, commit: bool, command: 
     arms = page(out, config.experiment.results_dir, command, planned)
     for run in driver.run_order(expected):  # the page follows each run, so a cut leaves it current
         run_store.run_all([run], runner, workdir=workdir, settings=run_store.settings(config),
-                          results_dir=out, commit=commit)
+                          results_dir=out, commit=commit,
+                          what="reward hacking, diagnostic rerun of")
         arms = page(out, config.experiment.results_dir, command, planned)
         if commit:
             run_store.git_commit(out, "rollout diagnostic of reruns: the page")
