@@ -49,8 +49,8 @@ def keep_mask(cand_z: jax.Array, lse: jax.Array, top_k: int, top_p: float) -> ja
 def pick(words: jax.Array, cand_z: jax.Array, cand_i: jax.Array, keep: jax.Array, vocab: int
          ) -> tuple[jax.Array, jax.Array]:
     """Gumbel-max over the kept candidates; returns (token, its scaled logit)."""
-    rows = jnp.arange(cand_z.shape[0])[:, None]
-    noise = rng.gumbel_at(words[0], words[1], rows, cand_i, vocab)
+    k0, k1, rows = rng.draw_coords(words, cand_z.shape[0])
+    noise = rng.gumbel_at(k0, k1, rows, cand_i, vocab)
     score = jnp.where(keep, cand_z + noise, -jnp.inf)
     pos = jnp.argmax(score, axis=-1)[:, None]
     token = jnp.take_along_axis(cand_i, pos, axis=-1)[:, 0]

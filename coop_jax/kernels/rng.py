@@ -33,8 +33,15 @@ def check_rng_config() -> None:
                          "jax_high_dynamic_range_gumbel is on. Use impl='reference'.")
 
 
+def per_row_keys(key: jax.Array) -> bool:
+    """Whether `key` is one key per row: typed keys of shape [B], or raw uint32[B, 2]."""
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    return key.ndim == (1 if typed else 2)
+
+
 def key_words(key: jax.Array) -> jax.Array:
-    """Return the two uint32 words of a threefry key (typed ``jax.random.key`` or raw uint32[2])."""
+    """The uint32 words of a threefry key: [2] for one key (typed ``jax.random.key`` or raw
+    uint32[2]), [B, 2] for one key per row (typed keys of shape [B], or raw uint32[B, 2])."""
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         impl = str(jax.random.key_impl(key))
         if impl != "threefry2x32":
@@ -44,9 +51,19 @@ def key_words(key: jax.Array) -> jax.Array:
         data = jnp.asarray(key)
         if data.dtype != jnp.uint32:
             raise ValueError(f"key: expected a PRNG key or uint32[2], got dtype {data.dtype}")
-    if data.shape != (2,):
-        raise ValueError(f"key: expected a single key (data shape (2,)), got {data.shape}")
+    if data.ndim not in (1, 2) or data.shape[-1] != 2:
+        raise ValueError(f"key: expected one key (data shape (2,)) or one per row ((B, 2)), "
+                         f"got {data.shape}")
     return data
+
+
+def draw_coords(words: jax.Array, num_rows: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(k0, k1, rows), each broadcastable to [num_rows, 1], for `gumbel_at`: one key's
+    (num_rows, V) draw (row b at row b), or per-row keys' one-row draws (every row at row 0,
+    under its own key), so row b's noise is that of ``jax.random.gumbel(keys[b], (1, V))``."""
+    if words.ndim == 1:
+        return words[0], words[1], jnp.arange(num_rows, dtype=jnp.int32)[:, None]
+    return words[:, 0:1], words[:, 1:2], jnp.zeros((num_rows, 1), jnp.int32)
 
 
 def _rotl(x: jax.Array, d: int) -> jax.Array:

@@ -70,6 +70,16 @@ _BACKENDS = {
 }
 
 
+def _reference(key, per_row, hidden, unembed, temperature, top_k, top_p, max_candidates, vocab):
+    def ref(key, hidden, temperature):
+        return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates,
+                                vocab)
+    if not per_row:
+        return ref(key, hidden, temperature)
+    rows = jax.vmap(lambda k, h, t: ref(k, h[None], t[None]))(key, hidden, temperature)
+    return tuple(x[:, 0] for x in rows)
+
+
 def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
                  temperature: jax.Array | float, top_k: int = 0, top_p: float = 1.0, *,
                  impl: str = "auto", interpret: Any = False, vocab_tile: int | None = None,
@@ -85,7 +95,9 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     survivors; without top-k the nucleus is capped at ``max_candidates`` tokens.
 
     Args:
-      key: one PRNG key (typed or raw uint32[2], threefry2x32).
+      key: one PRNG key (typed or raw uint32[2], threefry2x32), or one per row (typed [B] or
+        raw uint32[B, 2]): then row b is exactly ``fused_sample(key[b], hidden[b:b+1], ...)``,
+        in one batched pass (impl 'xla' or 'reference'; the Pallas kernels take one key).
       hidden: [B, D]; unembed: [D, V]; temperature: [B] or scalar.
       top_k: static int, 0 = off. top_p: static float in (0, 1], 1.0 = off.
       impl / interpret / vocab_tile / row_tile: as in ``fused_logprobs`` (also the shard_map
@@ -106,12 +118,17 @@ def fused_sample(key: jax.Array, hidden: jax.Array, unembed: jax.Array,
     temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
     num_cand = filtering.num_candidates(top_k, top_p, max_candidates, vocab)
     filtered = top_k > 0 or top_p < 1.0
+    per_row = rng.per_row_keys(key)
+    if per_row and key.shape[0] != b:
+        raise ValueError(f"key: {key.shape[0]} per-row keys for {b} rows of hidden")
     impl = partition.resolve_impl(impl, hidden, unembed, interpret)
+    if per_row and impl.startswith("pallas"):
+        raise ValueError(f"key: per-row keys run on impl 'xla' or 'reference', not {impl!r}")
     if impl == "reference":
-        return reference.sample(key, hidden, unembed, temperature, top_k, top_p, max_candidates,
-                                vocab)
+        return _reference(key, per_row, hidden, unembed, temperature, top_k, top_p,
+                          max_candidates, vocab)
     rng.check_rng_config()
-    rng.check_counter_range(b, vocab)
+    rng.check_counter_range(1 if per_row else b, vocab)
     words = rng.key_words(key)
     dtype = jnp.promote_types(hidden.dtype, unembed.dtype)
     stats, best_i, best_z, cand_z, cand_i = _BACKENDS[impl](

@@ -116,7 +116,7 @@ def sample(words: jax.Array, hidden: jax.Array, unembed: jax.Array, temperature:
     tile, num_tiles = _geometry(vocab, tile, unembed.shape[1])
     greedy = (temperature <= _common.GREEDY_TEMPERATURE)[:, None]
     t_eff = jnp.where(greedy, 1.0, temperature[:, None])
-    rows = jnp.arange(b, dtype=jnp.int32)[:, None]
+    k0, k1, rows = rng.draw_coords(words, b)
     per_tile = min(num_cand, tile)
 
     def step(carry, j):
@@ -124,7 +124,7 @@ def sample(words: jax.Array, hidden: jax.Array, unembed: jax.Array, temperature:
         w_t, cols, valid, start = _tile(unembed, j, tile, vocab)
         z = jnp.dot(hidden, w_t, preferred_element_type=jnp.float32) / t_eff
         m, s, t = _common.update_stats(m, s, t, z, valid)
-        noise = rng.gumbel_at(words[0], words[1], rows, cols, vocab)
+        noise = rng.gumbel_at(k0, k1, rows, cols, vocab)
         score = jnp.where(valid, jnp.where(greedy, z, noise + z), -jnp.inf)
         pos = jnp.argmax(score, axis=1)[:, None]
         tile_best = jnp.take_along_axis(score, pos, axis=1)

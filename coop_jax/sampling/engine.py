@@ -24,10 +24,9 @@ Design (everything static-shaped, one `lax.while_loop`):
     whole cache every step);
   * randomness is per request: token t of request (b, g) is drawn with
     fold_in(fold_in(fold_in(key, b), g), t) as a one-row draw, so the samples depend on neither
-    the slot a request lands in nor the slot count. `kernels.fused_sample` takes one key for
-    all its rows, so sampled rows are one-row calls under `jax.vmap` (on the xla path, which
-    batches them into one matmul; see `_row_sampler`). Greedy decoding (temperature 0) needs no
-    keys and samples every slot in one call of the configured kernel.
+    the slot a request lands in nor the slot count. `kernels.fused_sample` takes the slots'
+    keys, one per row, in one batched pass (the xla path; see `_row_sampler`). Greedy decoding
+    (temperature 0) needs no keys and samples every slot in one call of the configured kernel.
 """
 from __future__ import annotations
 
@@ -120,34 +119,23 @@ def _prefill(params: dict, cfg: models.ModelConfig, tokens: Array, mask: Array,
 
 
 def _row_sampler(scfg: SamplingConfig, unembed: Array, impl: str, rows: int, key: Array):
-    """`(hidden [S, D], prompt [S], sample [S], step [S]) -> (tokens, logps, entropies)`."""
-    def kw(impl):
-        tile = sampler.decode_vocab_tile(impl, rows, unembed.shape[1])
-        if tile is None and impl == "xla":  # sized for the S rows, not the vmapped single row
-            tile = _common.default_xla_vocab_tile(rows, unembed.shape[1])
-        return dict(impl=impl, valid_vocab=scfg.valid_vocab, vocab_tile=tile)
+    """`(hidden [S, D], prompt [S], sample [S], step [S]) -> (tokens, logps, entropies)`.
 
-    if scfg.temperature <= _common.GREEDY_TEMPERATURE:  # argmax: the key is never read
-        def greedy(hidden, prompt, sample, step):
-            return kernels.fused_sample(key, hidden, unembed, scfg.temperature, scfg.top_k,
-                                        scfg.top_p, **kw(impl))
-        return greedy
-
-    # fused_sample draws all rows from one key, so each row is its own one-row call under vmap.
-    # On the xla path that is still one [S, D] x [D, tile] matmul per vocabulary tile; a vmapped
-    # Pallas kernel would instead stream the whole unembedding once per row, so those rows take
-    # the xla path (same tokens: every impl reproduces jax.random.categorical for the key).
-    row_kw = kw("xla" if impl.startswith("pallas") else impl)
-
-    def one(k, h):
-        return kernels.fused_sample(k, h[None], unembed, scfg.temperature, scfg.top_k,
-                                    scfg.top_p, **row_kw)
+    Sampled rows draw from one key per row, in one batched pass of `fused_sample`. The Pallas
+    kernels take a single key, so those rows take the xla path (the same tokens: every impl
+    reproduces jax.random.categorical for the key). Greedy rows never read a key and keep the
+    configured kernel."""
+    greedy = scfg.temperature <= _common.GREEDY_TEMPERATURE
+    impl = "xla" if not greedy and impl.startswith("pallas") else impl
+    kw = dict(impl=impl, valid_vocab=scfg.valid_vocab,
+              vocab_tile=sampler.decode_vocab_tile(impl, rows, unembed.shape[1]))
 
     def sample_rows(hidden, prompt, sample, step):
         fold = jax.random.fold_in
-        keys = jax.vmap(lambda b, g, t: fold(fold(fold(key, b), g), t))(prompt, sample, step)
-        tok, logp, ent = jax.vmap(one)(keys, hidden)
-        return tok[:, 0], logp[:, 0], ent[:, 0]
+        keys = key if greedy else jax.vmap(lambda b, g, t: fold(fold(fold(key, b), g), t))(
+            prompt, sample, step)
+        return kernels.fused_sample(keys, hidden, unembed, scfg.temperature, scfg.top_k,
+                                    scfg.top_p, **kw)
     return sample_rows
 
 

@@ -213,6 +213,39 @@ def test_greedy_rows_ignore_filters(problem):
         assert np.all(np.asarray(logp) == 0) and np.all(np.asarray(ent) == 0)
 
 
+@pytest.mark.parametrize("impl", ["xla", "reference"])
+@pytest.mark.parametrize("top_k, top_p", [(0, 1.0), (20, 0.7)])
+def test_per_row_keys_equal_one_row_draws(problem, impl, top_k, top_p):
+    """Keys of shape [B] (or raw uint32[B, 2]): row b is the one-row call under keys[b] (the
+    same token; its log-prob and entropy to float32 rounding)."""
+    p = problem
+    keys = jax.random.split(jax.random.key(5), B)
+    call = jax.jit(lambda k, h, t: fused_sample(k, h, p["unembed"], t, top_k, top_p, impl=impl,
+                                                vocab_tile=128))
+    batched = [np.asarray(x) for x in call(keys, p["hidden"], p["temp"])]
+    raw = [np.asarray(x) for x in call(jax.random.key_data(keys), p["hidden"], p["temp"])]
+    for b in range(B):
+        one = call(keys[b], p["hidden"][b:b + 1], p["temp"][b:b + 1])
+        np.testing.assert_array_equal(batched[0][b], np.asarray(one[0])[0], err_msg=f"row {b}")
+        # a one-row matmul may round unlike the [B, D] one
+        for got, want in zip(batched[1:], one[1:]):
+            np.testing.assert_allclose(got[b], np.asarray(want)[0], rtol=1e-5, atol=1e-6)
+    for got, want in zip(raw, batched):
+        np.testing.assert_array_equal(got, want)
+    sampled = np.asarray(p["temp"]) > 1e-6
+    one_key = np.asarray(call(jax.random.key(5), p["hidden"], p["temp"])[0])
+    assert (batched[0] != one_key)[sampled].any()  # the rows' own keys, not one shared key
+
+
+def test_per_row_keys_refuse_the_pallas_kernels_and_a_wrong_count(problem):
+    p = problem
+    keys = jax.random.split(jax.random.key(5), B)
+    with pytest.raises(ValueError, match="per-row keys run on impl 'xla' or 'reference'"):
+        fused_sample(keys, p["hidden"], p["unembed"], 1.0, impl="pallas_tpu", interpret=True)
+    with pytest.raises(ValueError, match=f"key: {B - 1} per-row keys for {B} rows"):
+        fused_sample(keys[1:], p["hidden"], p["unembed"], 1.0, impl="xla")
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(top_k=-1), "top_k"),
     (dict(top_k=V + 1), "top_k"),
