@@ -8,13 +8,14 @@ policy samples, printed with the results. Each implementation decodes the same r
 run with bounded memory would:
 - static: coop_jax's static sampler in chunks of --slots rows (each chunk runs until its longest
   row ends);
-- continuous: coop_jax's engine, --slots decode slots over all the requests;
+- continuous: coop_jax's engine, --slots decode slots over all the requests, halving at most
+  --slot-halvings times as the queue drains;
 - transformers generate: chunks of --slots rows, as the static sampler;
 - transformers generate_batch: its continuous batching over all the requests (absent when it
   fails here, with the reason).
 A useful token is a response token up to and including the stop token. coop_jax's programs are
-compiled ahead of the timed call (compile time printed apart); transformers gets one warm-up
-chunk. Each implementation draws its own samples (different keys), so each rate is its own useful
+compiled ahead of the timed calls (compile time printed apart) and timed alternately --repeats
+times (the median); transformers gets one warm-up chunk and one timed pass. Each implementation draws its own samples (different keys), so each rate is its own useful
 tokens over its own wall time.
 """
 from __future__ import annotations
@@ -44,7 +45,9 @@ def _useful(mask: np.ndarray) -> np.ndarray:
 
 
 def coop_jax_runs(lm, tokenizer, ids, mask, a) -> dict[str, dict]:
-    """{static, continuous: {seconds, compile_s, lengths}} of coop_jax's two engines."""
+    """{static, continuous: {seconds, seconds_each, compile_s, lengths}} of coop_jax's two
+    engines, timed alternately --repeats times (the same keys, so the same samples, each time);
+    seconds is the median."""
     from coop_jax import sampling
     from coop_jax.hf.tokenizer import stop_token_ids
     scfg = sampling.SamplingConfig(
@@ -55,20 +58,27 @@ def coop_jax_runs(lm, tokenizer, ids, mask, a) -> dict[str, dict]:
     per_chunk = a.slots // a.samples
     chunks = [(ids[i:i + per_chunk], mask[i:i + per_chunk]) for i in range(0, len(ids), per_chunk)]
     static = _aot(sampling.make(lm.config, scfg), lm.params, *chunks[0], key)
-    continuous = _aot(sampling.make_continuous(lm.config, scfg, a.slots), lm.params, ids, mask,
-                      key)
-    out = {}
-    t0 = time.perf_counter()
-    lengths = [_useful(np.asarray(r.mask)) for r in (
-        jax.block_until_ready(static["fn"](lm.params, c_ids, c_mask, jax.random.fold_in(key, i)))
-        for i, (c_ids, c_mask) in enumerate(chunks))]
-    out["coop_jax static"] = dict(seconds=time.perf_counter() - t0, compile_s=static["compile_s"],
-                                  lengths=np.concatenate(lengths))
-    t0 = time.perf_counter()
-    r = jax.block_until_ready(continuous["fn"](lm.params, ids, mask, key))
-    out["coop_jax continuous"] = dict(seconds=time.perf_counter() - t0,
-                                      compile_s=continuous["compile_s"],
-                                      lengths=_useful(np.asarray(r.mask)))
+    continuous = _aot(sampling.make_continuous(lm.config, scfg, a.slots, a.slot_halvings),
+                      lm.params, ids, mask, key)
+
+    def run_static():
+        return np.concatenate([_useful(np.asarray(jax.block_until_ready(
+            static["fn"](lm.params, c_ids, c_mask, jax.random.fold_in(key, i))).mask))
+            for i, (c_ids, c_mask) in enumerate(chunks)])
+
+    def run_continuous():
+        return _useful(np.asarray(jax.block_until_ready(
+            continuous["fn"](lm.params, ids, mask, key)).mask))
+
+    out = {name: dict(seconds_each=[], compile_s=prog["compile_s"])
+           for name, prog in (("coop_jax static", static), ("coop_jax continuous", continuous))}
+    for _ in range(a.repeats):
+        for name, run in (("coop_jax static", run_static), ("coop_jax continuous", run_continuous)):
+            t0 = time.perf_counter()
+            out[name]["lengths"] = run()
+            out[name]["seconds_each"].append(round(time.perf_counter() - t0, 1))
+    for r in out.values():
+        r["seconds"] = float(np.median(r["seconds_each"]))
     return out
 
 
@@ -141,6 +151,7 @@ def summarise(runs: dict[str, dict], a) -> list[dict]:
                      "useful_tokens_per_s": round(float(rate), 1),
                      "vs_static": round(float(rate / base_rate), 2),
                      "compile_s": round(r["compile_s"], 1) if "compile_s" in r else None,
+                     "seconds_each": r.get("seconds_each"),
                      "mean_length": round(float(lengths.mean()), 1),
                      "p50": int(np.percentile(lengths, 50)), "p90": int(np.percentile(lengths, 90)),
                      "at_cap": round(float((lengths >= a.new_tokens).mean()), 3)})

@@ -192,6 +192,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=4, help="long tail: samples per problem")
     p.add_argument("--slots", type=int, default=64,
                    help="long tail: decode slots / rows per static chunk")
+    p.add_argument("--slot-halvings", type=int, default=3,
+                   help="long tail: the engine's rollout.slot_halvings")
     p.add_argument("--json", default=None, help="long tail: also write the rows here")
     p.add_argument("--coop-jax-only", action="store_true",
                    help="long tail: only coop_jax's static sampler and engine (skips the two "

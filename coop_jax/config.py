@@ -94,7 +94,7 @@ def base_config() -> ml_collections.ConfigDict:
     # before update t-1, prepared on the host (decode, verify, pairs) while the device updates
     c.rollout = ml_collections.ConfigDict(dict(
         group_size=8, prompts_per_step=16, max_new_tokens=48, temperature=1.0, top_k=0,
-        top_p=1.0, overlap=False, engine="static", slots=0))  # engine, slots: FIELD_DOCS
+        top_p=1.0, overlap=False, engine="static", slots=0, slot_halvings=3))  # see FIELD_DOCS
 
     # clip_ratio_c: dual-clip PPO's bound on negative-advantage tokens; unset: 3.0 for the
     # token-level PPO loss, as the references always apply it there, and none for GSPO or CISPO
@@ -321,6 +321,8 @@ FIELD_DOCS: dict[str, str] = {
     "rollout.engine": "static (all rows in lock step) | continuous (decode slots refilled as "
                       "rows finish: sampling.engine)",
     "rollout.slots": "continuous engine: decode slots (0: one per row of the step)",
+    "rollout.slot_halvings": "continuous engine: how many times the slots may halve once the "
+                             "queue is empty and half of them are idle (0: never)",
     "rl.advantage": "advantage estimator",
     "rl.aggregation": "how token losses are averaged into the loss",
     "rl.clip_eps_low": "PPO ratio clip below 1 (1 - eps)",
@@ -551,6 +553,7 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _positive(c.rollout.top_k, "rollout.top_k", allow_zero=True)
     _one_of(c.rollout.engine, ROLLOUT_ENGINES, "rollout.engine")
     _positive(c.rollout.slots, "rollout.slots", allow_zero=True)
+    _positive(c.rollout.slot_halvings, "rollout.slot_halvings", allow_zero=True)
     _one_of(c.rl.advantage, tuple(rl.ADVANTAGES), "rl.advantage")
     _one_of(c.rl.aggregation, tuple(rl.AGGREGATIONS), "rl.aggregation")
     _one_of(c.rl.kl_estimator, tuple(rl.KL_ESTIMATORS), "rl.kl_estimator")

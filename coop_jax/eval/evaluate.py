@@ -14,6 +14,7 @@ import numpy as np
 from coop_jax import models
 from coop_jax.data import format_prompt
 from coop_jax.sampling import generate_texts
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS
 from coop_jax.stats import BOOTSTRAP, ci, pass_at_k
 from coop_jax.verify.grouped import verify_across_hosts
 
@@ -118,14 +119,17 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                     temperature: float = 0.7, top_p: float = 0.95, greedy: bool = True,
                     max_prompt_len: int, max_new_tokens: int, batch_size: int = 64, seed: int = 0,
                     kernel_impl: str = "auto", also: dict[str, Any] | None = None,
-                    engine: str = "static", slots: int = 0) -> tuple[dict, list[dict]]:
+                    engine: str = "static", slots: int = 0,
+                    slot_halvings: int = DEFAULT_SLOT_HALVINGS
+                    ) -> tuple[dict, list[dict]]:
     """Greedy accuracy and/or avg@k, pass@k (k samples per problem), mean response length,
     each ``{"mean", "ci_low", "ci_high"}`` with a bootstrap 95% interval over problems.
 
     ``k=0`` skips sampling (the training loop's fast periodic greedy eval). Rows are one per
     completion: ``{id, question, prompt, reference, completion, extracted, correct, mode,
     sample_index, length}`` with mode "greedy" or "sampled". ``also``: as in `score_policy`.
-    ``engine`` / ``slots``: the sampler, as in `sampling.generate_completions`.
+    ``engine`` / ``slots`` / ``slot_halvings``: the sampler, as in
+    `sampling.generate_completions`.
     """
     _check_records(records)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -136,7 +140,7 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                for r in records]
     common = dict(max_prompt_len=max_prompt_len, max_new_tokens=max_new_tokens,
                   batch_size=batch_size, kernel_impl=kernel_impl, top_k=0, engine=engine,
-                  slots=slots)
+                  slots=slots, slot_halvings=slot_halvings)
     gens, truncated = {}, {}
     if greedy:
         texts, lens, trunc = generate_texts(params, model_cfg, tokenizer, prompts,

@@ -11,7 +11,7 @@ from coop_jax import models
 from coop_jax.parallel import host
 from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
-from coop_jax.sampling.engine import make_continuous
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_continuous
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
 
 ENGINES = ("static", "continuous")  # rollout.engine: the static batch or sampling.engine
@@ -20,7 +20,7 @@ ENGINES = ("static", "continuous")  # rollout.engine: the static batch or sampli
 def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,
                    max_prompt_len: int, max_new_tokens: int, temperature: float, top_p: float,
                    top_k: int, num_samples: int, batch_size: int, seed: int, kernel_impl: str,
-                   engine: str = "static", slots: int = 0
+                   engine: str = "static", slots: int = 0, slot_halvings: int = DEFAULT_SLOT_HALVINGS
                    ) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
     """(texts [P][G], token lengths [P][G], truncated [P][G]); see `generate_completions`."""
     if engine not in ENGINES:
@@ -44,7 +44,7 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
     # a fixed shape for every batch (one compilation); with several processes each global batch
     # is split over the hosts, so the batches and their keys are those of one process
     bs = -(-min(batch_size, len(prompts)) // hosts) * hosts
-    fn = (make_continuous(model_cfg, scfg, slots or bs * scfg.num_samples)
+    fn = (make_continuous(model_cfg, scfg, slots or bs * scfg.num_samples, slot_halvings)
           if engine == "continuous" else make(model_cfg, scfg))
     key = jax.random.key(seed)
     done = {}  # prompt index -> (texts, lengths, truncated) of this host's prompts
@@ -72,18 +72,19 @@ def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, promp
                          max_prompt_len: int, max_new_tokens: int, temperature: float,
                          top_p: float = 1.0, top_k: int = 0, num_samples: int = 1,
                          batch_size: int = 64, seed: int = 0, kernel_impl: str = "auto",
-                         engine: str = "static", slots: int = 0,
+                         engine: str = "static", slots: int = 0, slot_halvings: int = DEFAULT_SLOT_HALVINGS,
                          ) -> tuple[list[list[str]], list[list[int]]]:
     """``num_samples`` completions per prompt and their token lengths (stop token included).
 
     ``temperature=0`` is greedy. Prompts are left-padded to ``max_prompt_len`` (longer ones keep
     their last tokens); every batch has ``min(batch_size, len(prompts))`` prompts, so the sampler
     compiles once per configuration. ``engine`` as ``rollout.engine``: "continuous" decodes each
-    batch through ``slots`` continuous-batching slots (0: one per row; `sampling.engine`).
+    batch through ``slots`` continuous-batching slots (0: one per row; `sampling.engine`),
+    halved at most ``slot_halvings`` times as the batch drains.
     """
     texts, lengths, _ = generate_texts(
         params, model_cfg, tokenizer, prompts, max_prompt_len=max_prompt_len,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
         num_samples=num_samples, batch_size=batch_size, seed=seed, kernel_impl=kernel_impl,
-        engine=engine, slots=slots)
+        engine=engine, slots=slots, slot_halvings=slot_halvings)
     return texts, lengths

@@ -42,6 +42,7 @@ from coop_jax.sampling import sampler
 from coop_jax.sampling.sampler import Rollouts, SamplingConfig
 
 Array = jax.Array
+DEFAULT_SLOT_HALVINGS = 3  # rollout.slot_halvings' default: stages of S, S/2, S/4 and S/8 slots
 
 
 class _Prompts(NamedTuple):
@@ -177,45 +178,83 @@ def _rollouts(scfg: SamplingConfig, prompt_tokens: Array, prompt_mask: Array, to
                     lengths.astype(jnp.int32), ~stopped, ents)
 
 
-def _check_slots(slots: int) -> None:
+def _check_slots(slots: int, halvings: int = DEFAULT_SLOT_HALVINGS) -> None:
     if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
         raise ValueError(f"rollout.slots must be an int >= 1, got {slots!r}")
+    if not isinstance(halvings, int) or isinstance(halvings, bool) or halvings < 0:
+        raise ValueError(f"rollout.slot_halvings must be an int >= 0, got {halvings!r}")
+
+
+def stage_sizes(slots: int, halvings: int) -> tuple[int, ...]:
+    """Slot counts of the decode stages: `slots`, then halved (rounding up) at most `halvings`
+    times, down to one slot."""
+    sizes = [slots]
+    while len(sizes) <= halvings and sizes[-1] > 1:
+        sizes.append((sizes[-1] + 1) // 2)
+    return tuple(sizes)
+
+
+def _decoding(r: int, next_size: int, state: _Slots) -> Array:
+    """Whether a stage goes on: work is left and, unless it is the last stage, the queue still
+    holds requests or more than `next_size` slots are busy."""
+    busy, queued = state.req < r, state.queue < r
+    left = jnp.any(busy) | queued
+    return left & (queued | (busy.sum() > next_size)) if next_size else left
+
+
+def _compact(cfg: models.ModelConfig, state: _Slots, size: int) -> _Slots:
+    """The first `size` slots in slot order, busy ones first: the next, smaller stage's slots.
+    Called once the queue is empty and at most `size` slots are busy, so no row is dropped."""
+    busy = state.req < state.tokens.shape[0]
+    keep = jnp.argsort(jnp.where(busy, 0, 1), stable=True)[:size]
+    rows = lambda x: jnp.take(x, keep, axis=-4)  # a cache leaf's slot axis
+    return state._replace(
+        req=state.req[keep], step=state.step[keep], hidden=state.hidden[keep],
+        cache=_unpairs(cfg, [(rows(k), rows(v)) for k, v in _pairs(cfg, state.cache)]),
+        kv_mask=state.kv_mask[keep], positions=state.positions[keep])
 
 
 def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig,
                         prompt_tokens: Array, prompt_mask: Array, key: Array, *, slots: int,
-                        backend: str | None = None) -> Rollouts:
+                        halvings: int = DEFAULT_SLOT_HALVINGS, backend: str | None = None
+                        ) -> Rollouts:
     """`sampler.generate`'s rollouts (same layout and semantics) decoded `slots` rows at a time,
-    each slot taking the next queued request when its row finishes. Call under `jax.jit` (see
-    `make_continuous`); `backend` as in `generate`."""
-    _check_slots(slots)
+    each slot taking the next queued request when its row finishes. Once the queue is empty
+    and at most half the slots are busy, the busy rows move to a stage with half the slots (at
+    most `halvings` times; each stage is its own compiled loop body). Call under `jax.jit`
+    (see `make_continuous`); `backend` as in `generate`."""
+    _check_slots(slots, halvings)
     g, n = scfg.num_samples, scfg.max_new_tokens
     prompt_tokens, prompt_mask = sampler.left_align(prompt_tokens, prompt_mask.astype(bool),
                                                     scfg.pad_id)
     b, p = prompt_tokens.shape
     r = b * g
-    s = min(slots, r)  # more slots than requests would only decode idle rows
+    sizes = stage_sizes(min(slots, r), halvings)  # more slots than requests: idle rows only
     unembed = models.unembed_matrix(params, cfg)
     prompts = _prefill(params, cfg, prompt_tokens, prompt_mask, n)
 
+    s = sizes[0]
     hidden = jnp.zeros((s,) + prompts.hidden.shape[1:], prompts.hidden.dtype)
-    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend=backend)
-    sample_rows = _row_sampler(scfg, unembed, impl, s, key)
-
     zeros = jnp.zeros((r, n), jnp.float32)
-    idle = jnp.full((s,), r, jnp.int32)
-    state = _Slots(idle, jnp.zeros((s,), jnp.int32), hidden, models.init_cache(cfg, s, p + n),
-                   jnp.zeros((s, p + n), bool), jnp.zeros((s,), jnp.int32), jnp.int32(0),
+    state = _Slots(jnp.full((s,), r, jnp.int32), jnp.zeros((s,), jnp.int32), hidden,
+                   models.init_cache(cfg, s, p + n), jnp.zeros((s, p + n), bool),
+                   jnp.zeros((s,), jnp.int32), jnp.int32(0),
                    jnp.full((r, n), scfg.pad_id, jnp.int32), zeros, zeros)
-    state = jax.lax.while_loop(
-        lambda st: jnp.any(st.req < r) | (st.queue < r),
-        functools.partial(_decode_step, params, cfg, scfg, sample_rows, prompts), state)
+    for i, size in enumerate(sizes):
+        if i:
+            state = _compact(cfg, state, size)
+        impl = kernels.resolve_impl(scfg.kernel_impl, state.hidden, unembed, backend=backend)
+        step = functools.partial(_decode_step, params, cfg, scfg,
+                                 _row_sampler(scfg, unembed, impl, size, key), prompts)
+        next_size = sizes[i + 1] if i + 1 < len(sizes) else 0
+        state = jax.lax.while_loop(functools.partial(_decoding, r, next_size), step, state)
     return _rollouts(scfg, prompt_tokens, prompt_mask, state.tokens, state.logps, state.ents)
 
 
 @functools.lru_cache(maxsize=32)
-def make_continuous(cfg: models.ModelConfig, scfg: SamplingConfig, slots: int):
+def make_continuous(cfg: models.ModelConfig, scfg: SamplingConfig, slots: int,
+                    halvings: int = DEFAULT_SLOT_HALVINGS):
     """A jitted `(params, prompt_tokens, prompt_mask, key) -> Rollouts` for fixed configs."""
-    _check_slots(slots)
+    _check_slots(slots, halvings)
     return jax.jit(lambda params, tokens, mask, key: generate_continuous(
-        params, cfg, scfg, tokens, mask, key, slots=slots))
+        params, cfg, scfg, tokens, mask, key, slots=slots, halvings=halvings))

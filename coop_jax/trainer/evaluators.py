@@ -23,6 +23,7 @@ from coop_jax.eval.evaluate import evaluate_policy
 from coop_jax.registry import Param, Registry, first_doc_line
 from coop_jax.rm.input import RMInputFormat, read_triples
 from coop_jax.rm.scoring import evaluate_reward_model
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,7 @@ class EvalSettings:
     the schedule (each listed evaluator's name and cadence, in `config.evals` order), the
     policy evaluation's sampling (`eval`, with the rollouts' prompt and length), the RM's held-out
     triples and input format. The policy evaluation samples with the rollouts' engine
-    (`rollout.engine`, `rollout.slots`)."""
+    (`rollout.engine`, `rollout.slots`, `rollout.slot_halvings`)."""
     schedule: tuple[tuple[str, int], ...]
     prompt_template: str
     chat_template: bool
@@ -48,6 +49,7 @@ class EvalSettings:
     rm_format: RMInputFormat | None = None
     engine: str = "static"
     slots: int = 0
+    slot_halvings: int = DEFAULT_SLOT_HALVINGS
 
     @classmethod
     def from_config(cls, config) -> "EvalSettings":
@@ -59,7 +61,8 @@ class EvalSettings:
                    e.batch_size, config.seed, config.kernels.impl,
                    config.cooper.heldout_triples,
                    RMInputFormat.from_config(config) if config.cooper.heldout_triples else None,
-                   config.rollout.engine, int(config.rollout.slots))
+                   config.rollout.engine, int(config.rollout.slots),
+                   int(config.rollout.slot_halvings))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +160,8 @@ def policy_accuracy(run: EvalContext) -> dict:
         template=s.prompt_template, chat=s.chat_template, verifier=run.verifier, k=s.k,
         temperature=s.temperature, top_p=s.top_p, greedy=True, max_prompt_len=s.max_prompt_len,
         max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, seed=s.seed,
-        kernel_impl=s.kernel_impl, also=run.strict, engine=s.engine, slots=s.slots)
+        kernel_impl=s.kernel_impl, also=run.strict, engine=s.engine, slots=s.slots,
+        slot_halvings=s.slot_halvings)
     metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
                "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
     for name in run.strict:

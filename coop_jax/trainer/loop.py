@@ -382,7 +382,8 @@ class Trainer:
             max_new_tokens=r.max_new_tokens)
         if r.engine == "continuous":
             return sampling.make_continuous(self.policy_cfg, scfg,
-                                            r.slots or r.prompts_per_step * r.group_size)
+                                            r.slots or r.prompts_per_step * r.group_size,
+                                            r.slot_halvings)
         return sampling.make(self.policy_cfg, scfg)
 
     strict: dict = {}  # the evaluation's strict verifiers, set with the host tools

@@ -38,9 +38,9 @@ def _static(scfg, params, prompts, seed=0) -> sampler.Rollouts:
     return _numpy(sampler.make(CFG, scfg)(params, *prompts, jax.random.key(seed)))
 
 
-def _engine(scfg, params, prompts, slots, seed=0, cfg=CFG) -> sampler.Rollouts:
-    return _numpy(engine.make_continuous(cfg, scfg, slots)(params, *prompts,
-                                                           jax.random.key(seed)))
+def _engine(scfg, params, prompts, slots, seed=0, cfg=CFG, halvings=0) -> sampler.Rollouts:
+    return _numpy(engine.make_continuous(cfg, scfg, slots, halvings)(params, *prompts,
+                                                                     jax.random.key(seed)))
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,35 @@ def test_greedy_equals_static_batch(greedy_eos, params, prompts, slots):
     check_rollout_structure(out, eos, PAD)
 
 
+@pytest.mark.parametrize("slots, halvings", [(6, 2), (4, 3), (2, 1)])
+def test_greedy_equals_static_batch_as_the_slots_halve(greedy_eos, params, prompts, slots,
+                                                        halvings):
+    """The static rows stop at three lengths, so the slots halve while rows are still busy
+    (6 slots: 6 -> 3 -> 2 once 4 rows have stopped)."""
+    eos, ref = greedy_eos
+    out = _engine(_scfg(eos_ids=eos), params, prompts, slots, halvings=halvings)
+    for name in ("tokens", "mask", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(out, name), getattr(ref, name), err_msg=name)
+    np.testing.assert_allclose(out.logprobs, ref.logprobs, atol=1e-5)
+    np.testing.assert_allclose(out.entropy, ref.entropy, atol=1e-5)
+
+
+def test_stage_sizes_halve_rounding_up_down_to_one_slot(params, prompts):
+    assert engine.stage_sizes(64, 3) == (64, 32, 16, 8)
+    assert engine.stage_sizes(6, 2) == (6, 3, 2)
+    assert engine.stage_sizes(3, 5) == (3, 2, 1)
+    assert engine.stage_sizes(5, 0) == (5,)
+    # one decode loop per stage
+    jaxpr = jax.make_jaxpr(lambda p, t, m: engine.generate_continuous(
+        p, CFG, _scfg(), t, m, jax.random.key(0), slots=6, halvings=2))(params, *prompts)
+    assert sum(e.primitive.name == "while" for e in jaxpr.jaxpr.eqns) == 3
+
+
+def test_the_config_default_is_the_engines():
+    from coop_jax.config import base_config
+    assert base_config().rollout.slot_halvings == engine.DEFAULT_SLOT_HALVINGS
+
+
 def test_greedy_with_scanned_layers(greedy_eos, params, prompts):
     """scan_layers stacks the KV cache on a leading layer axis: the per-slot copies follow."""
     eos, ref = greedy_eos
@@ -110,6 +139,16 @@ def test_samples_do_not_depend_on_the_slot_count(sampled):
                                           err_msg=f"{name}, slots={slots}")
         np.testing.assert_allclose(out.logprobs, first.logprobs, atol=1e-5)
         np.testing.assert_allclose(out.entropy, first.entropy, atol=1e-5)
+
+
+@pytest.mark.parametrize("slots, halvings", [(6, 2), (3, 1)])
+def test_samples_do_not_depend_on_the_slots_halving(sampled, params, prompts, slots, halvings):
+    out = _engine(_scfg(temperature=1.0, eos_ids=SAMPLED_EOS), params, prompts, slots,
+                  halvings=halvings)
+    first = sampled[SAMPLED_SLOTS[0]]
+    for name in ("tokens", "mask", "lengths", "truncated"):
+        np.testing.assert_array_equal(getattr(out, name), getattr(first, name), err_msg=name)
+    np.testing.assert_allclose(out.logprobs, first.logprobs, atol=1e-5)
 
 
 def test_same_key_same_samples_other_key_differs(sampled, params, prompts):
@@ -180,6 +219,8 @@ def test_slots_must_be_positive(params, prompts):
         engine.make_continuous(CFG, _scfg(), 0)
     with pytest.raises(ValueError, match="rollout.slots"):
         engine.generate_continuous(params, CFG, _scfg(), *prompts, jax.random.key(0), slots=0)
+    with pytest.raises(ValueError, match="rollout.slot_halvings"):
+        engine.make_continuous(CFG, _scfg(), 2, -1)
     assert engine.make_continuous(CFG, _scfg(), 2) is engine.make_continuous(CFG, _scfg(), 2)
 
 
@@ -194,10 +235,11 @@ def test_the_trainer_samples_with_the_continuous_engine(tmp_path, monkeypatch):
     c.rollout.update(engine="continuous", slots=3)
     c.train.steps, c.evals = 2, ""
     made = []
-    monkeypatch.setattr(train.sampling, "make_continuous", lambda cfg, scfg, slots: made.append(
-        (scfg.num_samples, slots)) or engine.make_continuous(cfg, scfg, slots))
+    monkeypatch.setattr(train.sampling, "make_continuous", lambda cfg, scfg, slots, halvings:
+                        made.append((scfg.num_samples, slots, halvings))
+                        or engine.make_continuous(cfg, scfg, slots, halvings))
     train.train(c, str(tmp_path))
-    assert made == [(c.rollout.group_size, 3)]
+    assert made == [(c.rollout.group_size, 3, c.rollout.slot_halvings)]
     rows = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(np.isfinite(r["loss"]) and r["generated_tokens"] > 0 for r in rows)

@@ -145,7 +145,7 @@ def _agree_up_to_a_near_tie(static, ours, row: int) -> None:
 def test_continuous_engine_on_real_weights(smol, shared_data):
     """rollout.engine=continuous on SmolLM2: 3 GSM8K chat prompts x 2 samples through 4 decode
     slots (so slots are refilled). Greedy, it gives the static sampler's tokens, log-probs and
-    entropies (up to a near-tie); sampled, the same rows at 4 and 6 slots."""
+    entropies (up to a near-tie); sampled, the same rows at 4 slots and at 6 slots halving to 2."""
     tok, new = smol.tokenizer, 24
     prompts = _gsm8k_chat_prompts(tok, shared_data, n=3)
     ids, mask = sampling.tokenize_prompts(tok, prompts, 96)
@@ -165,8 +165,9 @@ def test_continuous_engine_on_real_weights(smol, shared_data):
     greedy = run(sampling.make_continuous, scfg(0.0), 4)
     for row in range(6):
         _agree_up_to_a_near_tie(static, greedy, row)
+    # six slots halving twice (6 -> 3 -> 2) as the rows stop: the same samples as four slots
     four, six = run(sampling.make_continuous, scfg(1.0), 4), run(sampling.make_continuous,
-                                                               scfg(1.0), 6)
+                                                               scfg(1.0), 6, 2)
     np.testing.assert_array_equal(four.tokens, six.tokens)
     np.testing.assert_allclose(four.logprobs, six.logprobs, atol=1e-4)
 
