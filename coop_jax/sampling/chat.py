@@ -19,6 +19,7 @@ from coop_jax import hf
 from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.parallel import host
 from coop_jax.sampling.batching import tokenize_prompts
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_continuous
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
 
 
@@ -84,7 +85,9 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                temperature: float = 0.7, seed: int = 0, top_p: float = 1.0,
                drop_truncated: bool = False, *, mesh=None, dtype: str = "float32",
                compute_dtype: str | None = None, scan_layers: bool = False,
-               batch_size: int = 0) -> Callable[[Sequence[list[dict]]], list[str | None]]:
+               batch_size: int = 0, engine: str = "static", slots: int = 0,
+               slot_halvings: int = DEFAULT_SLOT_HALVINGS
+               ) -> Callable[[Sequence[list[dict]]], list[str | None]]:
     """Any local HF causal LM, sampled with coop_jax's sampler: `chat([messages, ...])` gives one
     reply per conversation (None where `drop_truncated` and no stop token came).
 
@@ -102,6 +105,9 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     `slots[j]` of the block instead, in one call: a conversation that keeps its row (e.g. its
     prompt's index in the step's batch) gets the same sample whatever the other rows hold, and
     so whatever the number of processes.
+
+    `engine`, `slots`, `slot_halvings` as `rollout.*`: "continuous" samples each call's rows
+    through the continuous-batching engine (`slots` 0: one per row), each row from its own key.
     """
     lm = hf.load(hf_path, dtype=dtype, compute_dtype=compute_dtype, mesh=mesh,
                  scan_layers=scan_layers)
@@ -110,7 +116,14 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     scfg = SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
                           pad_id=pad, temperature=temperature, top_p=top_p,
                           valid_vocab=min(len(tokenizer), lm.config.vocab_size))
-    sample = make(lm.config, scfg)
+    samplers = {}  # rows per call -> compiled sampler (the engine's slots follow the rows)
+
+    def sample(params, ids, mask, key):
+        rows = ids.shape[0]
+        if rows not in samplers:
+            samplers[rows] = (make_continuous(lm.config, scfg, slots or rows, slot_halvings)
+                              if engine == "continuous" else make(lm.config, scfg))
+        return samplers[rows](params, ids, mask, key)
     calls = {"n": 0}
     hosts = jax.process_count()
 

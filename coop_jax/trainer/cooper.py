@@ -448,14 +448,14 @@ def http_rewriter(url: str, model: str, temperature: float = 0.7, timeout_s: flo
 def local_rewriter(hf_path: str, max_prompt_len: int, max_new_tokens: int,
                    temperature: float = 0.7, seed: int = 0, *, mesh=None,
                    dtype: str = "float32", compute_dtype: str | None = None,
-                   scan_layers: bool = False, batch_size: int = 0):
+                   scan_layers: bool = False, batch_size: int = 0, **engine):
     """The "rewrite" assistant as a local HF causal LM sampled with coop_jax's sampler; with a
     `mesh`, sharded over it (`sampling.chat.local_chat`: on several processes every call is a
     collective, `rewriter.collective`, and `build_pairs` calls it as many times on every
-    process)."""
+    process). `engine`: `local_chat`'s engine, slots and slot_halvings."""
     chat = local_chat(hf_path, max_prompt_len, max_new_tokens, temperature, seed, mesh=mesh,
                       dtype=dtype, compute_dtype=compute_dtype, scan_layers=scan_layers,
-                      batch_size=batch_size)
+                      batch_size=batch_size, **engine)
 
     def rewrite(items, slots=None):
         return chat([rewrite_messages(q, p) for q, p in items], slots=slots)
@@ -474,7 +474,8 @@ class AssistantSettings:
     compiles). Compiled shapes are fixed: the paper's max_tokens = words(pos) + 500 becomes a
     bound, the prompt holds the question, the positive and the instructions (chat-formatted), and
     a call holds up to `rollout.prompts_per_step` rewrites (the step's prompts, over all
-    processes). The parameters (and activations) are in the policy's compute dtype,
+    processes), sampled with the rollouts' engine (`rollout.engine`, `rollout.slots`,
+    `rollout.slot_halvings`). The parameters (and activations) are in the policy's compute dtype,
     `model.dtype`: the assistant only samples, so it needs no fp32 master weights (a 7B one is
     15 GB in bfloat16); its layers are scanned like the policy's (`model.scan_layers`)."""
     url: str
@@ -491,7 +492,8 @@ class AssistantSettings:
                                      + REWRITE_PROMPT_OVERHEAD_TOKENS),
                      max_new_tokens=config.rollout.max_new_tokens + 500,
                      dtype=config.model.dtype, scan_layers=config.model.scan_layers,
-                     batch_size=config.rollout.prompts_per_step)
+                     batch_size=config.rollout.prompts_per_step, engine=config.rollout.engine,
+                     slots=config.rollout.slots, slot_halvings=config.rollout.slot_halvings)
         return cls(c.assistant_url, c.assistant_model, c.assistant_hf_path,
                    c.rewrite_temperature, config.seed, local)
 

@@ -79,6 +79,36 @@ def test_sharded_rewriter_gives_the_unsharded_replies(tiny_lm):
     assert len(chunked(ITEMS)) == len(ITEMS)
 
 
+def test_the_continuous_engine_rewrites_as_the_static_sampler_greedy(tiny_lm):
+    """rollout.engine=continuous for the assistant: greedy rewrites equal the static sampler's,
+    with and without a mesh, at one slot per row and at fewer slots (halving as rows stop)."""
+    want = cooper.local_rewriter(tiny_lm, 48, 12, temperature=0.0)(ITEMS[:3])
+    assert len(want) == 3 and all(isinstance(t, str) for t in want)
+    for kw in (dict(slots=0), dict(slots=2, slot_halvings=1)):
+        plain = cooper.local_rewriter(tiny_lm, 48, 12, temperature=0.0, engine="continuous", **kw)
+        assert plain(ITEMS[:3]) == want, kw
+    sharded = cooper.local_rewriter(tiny_lm, 48, 12, temperature=0.0, mesh=_mesh((2, 2, 1)),
+                                    batch_size=4, engine="continuous")
+    assert sharded(ITEMS[:3]) == want
+
+
+def test_slotted_continuous_rewrites_keep_their_rows(tiny_lm):
+    """Sampled rewrites from the engine draw per row (prompt index) keys: a slotted request's
+    rewrite does not depend on the other rows of the call, nor on the slot count."""
+    fresh = lambda slots: cooper.local_rewriter(tiny_lm, 48, 12, mesh=_mesh((2, 2, 1)),
+                                                batch_size=4, engine="continuous", slots=slots)
+    every = fresh(0)(ITEMS[:4], slots=[0, 1, 2, 3])
+    assert fresh(0)([ITEMS[2]], slots=[2]) == [every[2]]
+    assert fresh(2)(ITEMS[:4], slots=[0, 1, 2, 3]) == every
+
+
+def test_the_assistant_settings_carry_the_rollout_engine():
+    c = config_lib.base_config()
+    c.rollout.update(engine="continuous", slots=5, slot_halvings=1)
+    local = cooper.AssistantSettings.from_config(c).local
+    assert (local["engine"], local["slots"], local["slot_halvings"]) == ("continuous", 5, 1)
+
+
 def test_slotted_rewrites_keep_their_rows(tiny_lm):
     """With slots, a request's rewrite is sampled at its own row (its prompt's index): it does
     not depend on which other prompts asked in the same call, as it must not depend on how the
