@@ -15,8 +15,9 @@ run with bounded memory would:
   fails here, with the reason).
 A useful token is a response token up to and including the stop token. coop_jax's programs are
 compiled ahead of the timed calls (compile time printed apart) and timed alternately --repeats
-times (the median); transformers gets one warm-up chunk and one timed pass. Each implementation draws its own samples (different keys), so each rate is its own useful
-tokens over its own wall time.
+times (the median); transformers gets one warm-up chunk and one timed pass. Each implementation
+draws its own samples (different keys), so each rate is its own useful tokens over its own wall
+time.
 """
 from __future__ import annotations
 

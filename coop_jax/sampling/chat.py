@@ -19,8 +19,8 @@ from coop_jax import hf
 from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.parallel import host
 from coop_jax.sampling.batching import tokenize_prompts
-from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_continuous
-from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_sampler
+from coop_jax.sampling.sampler import SamplingConfig, decode_texts
 
 
 def chat_completions_url(url: str) -> str:
@@ -121,8 +121,7 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     def sample(params, ids, mask, key):
         rows = ids.shape[0]
         if rows not in samplers:
-            samplers[rows] = (make_continuous(lm.config, scfg, slots or rows, slot_halvings)
-                              if engine == "continuous" else make(lm.config, scfg))
+            samplers[rows] = make_sampler(lm.config, scfg, engine, rows, slots, slot_halvings)
         return samplers[rows](params, ids, mask, key)
     calls = {"n": 0}
     hosts = jax.process_count()

@@ -11,8 +11,8 @@ from coop_jax import models
 from coop_jax.parallel import host
 from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
-from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_continuous
-from coop_jax.sampling.sampler import SamplingConfig, decode_texts, make
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_sampler
+from coop_jax.sampling.sampler import SamplingConfig, decode_texts
 
 ENGINES = ("static", "continuous")  # rollout.engine: the static batch or sampling.engine
 
@@ -44,8 +44,7 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
     # a fixed shape for every batch (one compilation); with several processes each global batch
     # is split over the hosts, so the batches and their keys are those of one process
     bs = -(-min(batch_size, len(prompts)) // hosts) * hosts
-    fn = (make_continuous(model_cfg, scfg, slots or bs * scfg.num_samples, slot_halvings)
-          if engine == "continuous" else make(model_cfg, scfg))
+    fn = make_sampler(model_cfg, scfg, engine, bs * scfg.num_samples, slots, slot_halvings)
     key = jax.random.key(seed)
     done = {}  # prompt index -> (texts, lengths, truncated) of this host's prompts
     g = scfg.num_samples

@@ -251,6 +251,15 @@ def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingCon
     return _rollouts(scfg, prompt_tokens, prompt_mask, state.tokens, state.logps, state.ents)
 
 
+def make_sampler(cfg: models.ModelConfig, scfg: SamplingConfig, engine: str, rows: int,
+                 slots: int = 0, halvings: int = DEFAULT_SLOT_HALVINGS):
+    """The compiled sampler of `rollout.engine` for calls of `rows` prompts x samples: the
+    static batch (`sampler.make`), or the continuous engine with `slots` slots (0: one per row)."""
+    if engine == "continuous":
+        return make_continuous(cfg, scfg, slots or rows, halvings)
+    return sampler.make(cfg, scfg)
+
+
 @functools.lru_cache(maxsize=32)
 def make_continuous(cfg: models.ModelConfig, scfg: SamplingConfig, slots: int,
                     halvings: int = DEFAULT_SLOT_HALVINGS):

@@ -380,11 +380,8 @@ class Trainer:
             eos_ids=stop_token_ids(tokenizer), pad_id=tokenizer.pad_token_id,
             valid_vocab=valid_vocab, kernel_impl=self.config.kernels.impl,
             max_new_tokens=r.max_new_tokens)
-        if r.engine == "continuous":
-            return sampling.make_continuous(self.policy_cfg, scfg,
-                                            r.slots or r.prompts_per_step * r.group_size,
-                                            r.slot_halvings)
-        return sampling.make(self.policy_cfg, scfg)
+        return sampling.make_sampler(self.policy_cfg, scfg, r.engine,
+                                     r.prompts_per_step * r.group_size, r.slots, r.slot_halvings)
 
     strict: dict = {}  # the evaluation's strict verifiers, set with the host tools
 

@@ -235,9 +235,10 @@ def test_the_trainer_samples_with_the_continuous_engine(tmp_path, monkeypatch):
     c.rollout.update(engine="continuous", slots=3)
     c.train.steps, c.evals = 2, ""
     made = []
-    monkeypatch.setattr(train.sampling, "make_continuous", lambda cfg, scfg, slots, halvings:
+    real = engine.make_continuous
+    monkeypatch.setattr(engine, "make_continuous", lambda cfg, scfg, slots, halvings:
                         made.append((scfg.num_samples, slots, halvings))
-                        or engine.make_continuous(cfg, scfg, slots, halvings))
+                        or real(cfg, scfg, slots, halvings))
     train.train(c, str(tmp_path))
     assert made == [(c.rollout.group_size, 3, c.rollout.slot_halvings)]
     rows = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
