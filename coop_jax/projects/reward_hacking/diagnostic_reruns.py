@@ -12,7 +12,9 @@ so a later session goes on where this one stopped.
 
     python -m coop_jax.projects.reward_hacking.diagnostic_reruns \\
         --config=configs/toy_hacking_attempt3.py --workdir=runs/diag_draw1 \\
-        --out=docs/results/reward_hacking/diagnostics/attempt_3_draw_1 --commit
+        --out=docs/results/reward_hacking/diagnostics/reruns_draw_1 --commit
+
+`--page_only` rewrites the page from the reruns kept in --out; it runs and commits nothing.
 """
 from __future__ import annotations
 
@@ -116,10 +118,17 @@ def page(out: str, kept_results: str, command: str, expected: dict[str, list[int
              "|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {r['kept']} | {r['rerun']} | {r['kept_cpu']} | {r['rerun_cpu']} |"
               for r in compared]
-    lines += ["", *hacked_rollouts.markdown(arms, command)]
+    lines += ["", *hacked_rollouts.markdown(arms, command),
+              *hacked_rollouts.per_seed_markdown(runs)]
     with open(os.path.join(out, "README.md"), "w") as fh:
         fh.write("\n".join(lines))
     return arms
+
+
+def planned_runs(config) -> dict[str, list[int]]:
+    """arm -> seeds the page expects: the experiment's runs and the start policy on every seed."""
+    expected = expected_runs(config)
+    return {START_RUN: sorted({s for v in expected.values() for s in v}), **expected}
 
 
 def main(config, workdir: str, out: str, questions: int, commit: bool, command: str) -> dict:
@@ -128,7 +137,7 @@ def main(config, workdir: str, out: str, questions: int, commit: bool, command: 
     seeds = sorted({s for v in expected.values() for s in v})
     start_diagnostics(config, workdir, out, seeds, questions, commit)
     runner = driver.arm_runner(config, policy_dir, rm_dir, heldout, probes, questions)
-    planned = {START_RUN: seeds, **expected}
+    planned = planned_runs(config)
     arms = page(out, config.experiment.results_dir, command, planned)
     for run in driver.run_order(expected):  # the page follows each run, so a cut leaves it current
         run_store.run_all([run], runner, workdir=workdir, settings=run_store.settings(config),
@@ -148,6 +157,8 @@ def define_flags(fv, argv: list[str]) -> None:
                         "for --commit)", flag_values=fv)
     flags.DEFINE_integer("questions", 128, "training questions each final policy is sampled on",
                          flag_values=fv)
+    flags.DEFINE_bool("page_only", False, "rewrite the page from the reruns kept in --out; run "
+                      "and commit nothing", flag_values=fv)
 
 
 def cli(argv: list[str]) -> dict:
@@ -162,7 +173,9 @@ def cli(argv: list[str]) -> dict:
         if fv.commit:
             run_store.ensure_committable(fv.out)
     command = ("python -m coop_jax.projects.reward_hacking.diagnostic_reruns "
-               + shlex.join(argv[1:]))
+               + shlex.join(a for a in argv[1:] if a.lstrip("-") != "page_only"))
+    if fv.page_only:
+        return page(fv.out, fv.config.experiment.results_dir, command, planned_runs(fv.config))
     try:
         return main(fv.config, fv.workdir, fv.out, fv.questions, fv.commit, command)
     except (run_store.RunStopped, plan_inputs.InputMismatch) as stopped:

@@ -156,6 +156,24 @@ def markdown(arms: dict[str, dict], command: str) -> list[str]:
     return md + [""]
 
 
+def per_seed_markdown(runs: dict[str, Sequence[dict]]) -> list[str]:
+    """One row per arm and seed of `summarise`d runs (each with its "seed"): what the means of
+    `markdown` pool, so a reader sees how far the seeds part."""
+    md = ["Per seed: gold accuracy, the share without an answer, the groups with no correct "
+          "rollout, and each RM's false-accept rate over the wrong rollouts (— where the arm "
+          "has no own RM).", "",
+          "| arm | seed | gold acc. | no_answer | all-wrong groups | static RM false-accept "
+          "| own RM false-accept |", "|---" * 7 + "|"]
+    for arm, summaries in runs.items():
+        for s in sorted(summaries, key=lambda s: s["seed"]):
+            own = _cell(s["own"]["false_accept"]) if "own" in s else "—"
+            md.append(f"| {arm} | {s['seed']} | {_cell(s['gold_accuracy'])} | "
+                      f"{_cell(s['kinds'].get('no_answer', 0.0))} | "
+                      f"{s['static']['all_wrong_groups']} | "
+                      f"{_cell(s['static']['false_accept'])} | {own} |")
+    return md + [""]
+
+
 def sample(policy: tuple, config, records: Sequence[dict], seed: int):
     """(texts [Q][G], truncated [Q][G]) of `policy` = (ModelConfig, params, tokenizer) on
     `records`, with the run's rollout settings."""
@@ -306,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         json.dump({"command": command, "questions": args.questions, "runs": runs,
                    "pooled": arms_pooled}, fh, indent=1)
     with open(os.path.join(args.out, "rollouts.md"), "w") as fh:
-        fh.write("\n".join(markdown(arms_pooled, command)))
+        fh.write("\n".join(markdown(arms_pooled, command) + per_seed_markdown(runs)))
     return arms_pooled
 
 

@@ -55,6 +55,42 @@ def test_pooled_means_over_seeds_and_the_markdown_tables():
     assert md.count("in groups with no correct rollout") == 2  # the static RM and the own RM
 
 
+def test_the_per_seed_table_has_a_row_per_arm_and_seed():
+    two = hr.summarise(hr.rollout_rows(RECORDS, TEXTS, TRUNCATED,
+                                       {"static": -STATIC, "own": STATIC}))
+    runs = {"static_rm": [hr.summarise(_rows()) | {"seed": 3}],
+            "cooper": [two | {"seed": 1}, hr.summarise(_rows()) | {"seed": 0}]}
+    md = hr.per_seed_markdown(runs)
+    rows = [line for line in md if line.startswith("| ") and "seed" not in line]
+    # static_rm: 1 of 6 correct, 1 of 6 no answer, 1 all-wrong group, static accepts 2 of 5 wrong
+    assert rows[0] == "| static_rm | 3 | 0.17 | 0.17 | 1 | 0.40 | — |"
+    # the Cooper arm's seeds come in seed order; seed 1's static RM (-STATIC) accepts 3 of 5 wrong
+    # and its own RM (STATIC) 2 of 5; seed 0 has no own RM
+    assert rows[1:] == ["| cooper | 0 | 0.17 | 0.17 | 1 | 0.40 | — |",
+                        "| cooper | 1 | 0.17 | 0.17 | 1 | 0.60 | 0.40 |"]
+
+
+def test_page_only_rewrites_the_rerun_page_from_the_kept_diagnostics(tmp_path):
+    import json
+
+    from coop_jax.projects.reward_hacking import diagnostic_reruns
+
+    for arm in ("start", "static_rm"):
+        (tmp_path / "runs" / f"{arm}_s0").mkdir(parents=True)
+        found = hr.summarise(_rows()) | {"seed": 0, "arm": arm}
+        (tmp_path / "runs" / f"{arm}_s0" / "rollouts.json").write_text(json.dumps(found))
+    arms = diagnostic_reruns.cli(["prog", "--config=configs/toy_hacking_draw2.py",
+                                  "--config.experiment.methods=static_rm,rule",
+                                  "--config.experiment.seeds=0", f"--out={tmp_path}",
+                                  "--page_only"])
+    assert sorted(arms) == ["start", "static_rm"] and arms["static_rm"]["seeds"] == 1
+    text = (tmp_path / "README.md").read_text()
+    assert "PARTIAL: still to rerun rule seeds [0]" in text
+    assert "| static_rm | 0 | 0.17 | 0.17 | 1 | 0.40 | — |" in text  # the per-seed table
+    command = json.loads((tmp_path / "rollouts.json").read_text())["command"]
+    assert command.endswith(f"--config.experiment.seeds=0 --out={tmp_path}")  # no --page_only
+
+
 @pytest.mark.parametrize("args, message", [
     (["--seeds=a"], "--seeds must be non-negative integers"),
     (["--arms=rule,nope"], "--arms: unknown arm(s) ['nope']"),
