@@ -21,7 +21,7 @@ from coop_jax.models.lora import TARGETS as LORA_TARGETS
 from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
 from coop_jax.registry import Registry, chosen_by
 from coop_jax.rm.input import QUESTION_FORMATS, TRUNCATIONS
-from coop_jax.sampling.completions import ENGINES as ROLLOUT_ENGINES
+from coop_jax.sampling.engine import ENGINES as ROLLOUT_ENGINES
 from coop_jax.verify import EXTRACTION_MODES
 
 NAN_POLICIES = ("error", "skip")

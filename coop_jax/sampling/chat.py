@@ -116,13 +116,10 @@ def local_chat(hf_path: str, max_prompt_len: int, max_new_tokens: int,
     scfg = SamplingConfig(max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
                           pad_id=pad, temperature=temperature, top_p=top_p,
                           valid_vocab=min(len(tokenizer), lm.config.vocab_size))
-    samplers = {}  # rows per call -> compiled sampler (the engine's slots follow the rows)
 
-    def sample(params, ids, mask, key):
-        rows = ids.shape[0]
-        if rows not in samplers:
-            samplers[rows] = make_sampler(lm.config, scfg, engine, rows, slots, slot_halvings)
-        return samplers[rows](params, ids, mask, key)
+    def sample(params, ids, mask, key):  # the engine's slots follow the call's rows
+        return make_sampler(lm.config, scfg, engine, ids.shape[0], slots, slot_halvings)(
+            params, ids, mask, key)
     calls = {"n": 0}
     hosts = jax.process_count()
 

@@ -11,20 +11,18 @@ from coop_jax import models
 from coop_jax.parallel import host
 from coop_jax.hf.tokenizer import stop_token_ids
 from coop_jax.sampling.batching import fixed_batches, tokenize_prompts
-from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, make_sampler
+from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS, check_engine, make_sampler
 from coop_jax.sampling.sampler import SamplingConfig, decode_texts
-
-ENGINES = ("static", "continuous")  # rollout.engine: the static batch or sampling.engine
 
 
 def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,
                    max_prompt_len: int, max_new_tokens: int, temperature: float, top_p: float,
                    top_k: int, num_samples: int, batch_size: int, seed: int, kernel_impl: str,
-                   engine: str = "static", slots: int = 0, slot_halvings: int = DEFAULT_SLOT_HALVINGS
+                   engine: str = "static", slots: int = 0,
+                   slot_halvings: int = DEFAULT_SLOT_HALVINGS
                    ) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
     """(texts [P][G], token lengths [P][G], truncated [P][G]); see `generate_completions`."""
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    check_engine(engine)
     if isinstance(prompts, str):
         raise TypeError("prompts must be a list of strings, not one string")
     if batch_size < 1:
@@ -71,7 +69,8 @@ def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, promp
                          max_prompt_len: int, max_new_tokens: int, temperature: float,
                          top_p: float = 1.0, top_k: int = 0, num_samples: int = 1,
                          batch_size: int = 64, seed: int = 0, kernel_impl: str = "auto",
-                         engine: str = "static", slots: int = 0, slot_halvings: int = DEFAULT_SLOT_HALVINGS,
+                         engine: str = "static", slots: int = 0,
+                         slot_halvings: int = DEFAULT_SLOT_HALVINGS,
                          ) -> tuple[list[list[str]], list[list[int]]]:
     """``num_samples`` completions per prompt and their token lengths (stop token included).
 

@@ -43,6 +43,7 @@ from coop_jax.sampling.sampler import Rollouts, SamplingConfig
 
 Array = jax.Array
 DEFAULT_SLOT_HALVINGS = 3  # rollout.slot_halvings' default: stages of S, S/2, S/4 and S/8 slots
+ENGINES = ("static", "continuous")  # rollout.engine: the static batch (sampler) or this engine
 
 
 class _Prompts(NamedTuple):
@@ -251,10 +252,16 @@ def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingCon
     return _rollouts(scfg, prompt_tokens, prompt_mask, state.tokens, state.logps, state.ents)
 
 
+def check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+
+
 def make_sampler(cfg: models.ModelConfig, scfg: SamplingConfig, engine: str, rows: int,
                  slots: int = 0, halvings: int = DEFAULT_SLOT_HALVINGS):
     """The compiled sampler of `rollout.engine` for calls of `rows` prompts x samples: the
     static batch (`sampler.make`), or the continuous engine with `slots` slots (0: one per row)."""
+    check_engine(engine)
     if engine == "continuous":
         return make_continuous(cfg, scfg, slots or rows, halvings)
     return sampler.make(cfg, scfg)

@@ -132,12 +132,10 @@ def planned_runs(config) -> dict[str, list[int]]:
 
 
 def main(config, workdir: str, out: str, questions: int, commit: bool, command: str) -> dict:
-    expected = expected_runs(config)
+    expected, planned = expected_runs(config), planned_runs(config)
     policy_dir, rm_dir, heldout, probes = plan_inputs_of(config, workdir)
-    seeds = sorted({s for v in expected.values() for s in v})
-    start_diagnostics(config, workdir, out, seeds, questions, commit)
+    start_diagnostics(config, workdir, out, planned[START_RUN], questions, commit)
     runner = driver.arm_runner(config, policy_dir, rm_dir, heldout, probes, questions)
-    planned = planned_runs(config)
     arms = page(out, config.experiment.results_dir, command, planned)
     for run in driver.run_order(expected):  # the page follows each run, so a cut leaves it current
         run_store.run_all([run], runner, workdir=workdir, settings=run_store.settings(config),
@@ -173,7 +171,8 @@ def cli(argv: list[str]) -> dict:
         if fv.commit:
             run_store.ensure_committable(fv.out)
     command = ("python -m coop_jax.projects.reward_hacking.diagnostic_reruns "
-               + shlex.join(a for a in argv[1:] if a.lstrip("-") != "page_only"))
+               + shlex.join(a for a in argv[1:]
+                            if a.lstrip("-").split("=")[0] not in ("page_only", "nopage_only")))
     if fv.page_only:
         return page(fv.out, fv.config.experiment.results_dir, command, planned_runs(fv.config))
     try:
