@@ -127,28 +127,27 @@ def base_config() -> ml_collections.ConfigDict:
     c.cooper = ml_collections.ConfigDict(dict(
         # warmup_ratio 0 and no_pair_step="zero_grad" (AdamW on zero gradients when a step has
         # no valid pair; "skip": no RM step) follow the reference's RM optimiser
-        # negative_check: how a verified negative is kept (cooper.KEEP_RULES): "reference" (the
-        # lenient verifier on the full texts; no parseable answer counts as wrong) | "extracted"
         negative="rewrite", negative_check="reference", learning_rate=1e-5, warmup_ratio=0.0,
         no_pair_step="zero_grad", weight_decay=0.01, grad_clip=1.0, max_len=256,
         assistant_hf_path="", assistant_url="", assistant_model="", rewrite_temperature=0.7,
         rewrite_tries=3, rm_checkpoint="", heldout_triples="", heldout_every=10,
         pairs_per_group=1, pair_label_noise=0.0, reference_positive=False,
-        micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
+        pair_labels=AUTO_EXTRACTION, micro_batches=1))  # the RM's pair gradient accumulated over micro-batches (lax.scan)
 
     c.corewarding = ml_collections.ConfigDict(dict(a_start=0.01, a_end=1e-5, decay_steps=0))
 
-    # hack probes (trainer.probes): JSONL triples of rule-wrong completions with a "pattern";
-    # at step 0, every `every` steps (0: the last only) and at the end, the reward RM's false-accept
-    # rate and the policy's log-likelihood per token of each pattern ("" = off)
-    c.probes = ml_collections.ConfigDict(dict(triples="", every=0))
+    # hack probes (trainer.probes): JSONL triples of rule-wrong completions with a "pattern"
+    # ("" = off): the RM's false-accept rate and the policy's log-likelihood per pattern
+    # format_questions: format probes (trainer.probes.format_metrics; 0 = off)
+    c.probes = ml_collections.ConfigDict(dict(triples="", every=0, format_questions=0))
     c.evals = "policy,rm_heldout,probes"  # trainer.evaluators, each at its own cadence field
 
     # extraction: auto (the reward type's reference default, rewards.REWARD_SOURCES) | lenient |
     # strict_boxed | strict_hash | strict_numeric (an integer literal after every answer marker:
     # the synthetic task's gold in configs/toy_hacking.py; the evaluation then also reports it,
     # "..._strict")
-    c.verifier = ml_collections.ConfigDict(dict(num_workers=2, timeout_s=5.0, extraction="auto"))
+    c.verifier = ml_collections.ConfigDict(dict(num_workers=2, timeout_s=5.0, extraction="auto",
+                                                gold=AUTO_EXTRACTION))  # the RM diagnostics' gold
     # shape: (data, fsdp, tensor), one -1 allowed. distributed: join a multi-process run
     # (parallel.maybe_initialize_distributed) with coordinator_address "host:port", num_processes
     # and process_id; unset ("", 0, -1) they come from COOP_COORDINATOR_ADDRESS /
@@ -393,6 +392,8 @@ FIELD_DOCS: dict[str, str] = {
     "cooper.pair_label_noise": "probability that a pair's positive and negative are swapped "
                                "(0.5: the sham-Cooper control)",
     "cooper.micro_batches": "the RM's pair gradient accumulated over micro-batches",
+    "cooper.pair_labels": f"the rule that labels the pairs' rollouts right or wrong: "
+                          f"{' | '.join(EXTRACTION_CHOICES)} (auto: verifier.extraction's)",
     "corewarding.a_start": "corewarding_2: teacher EMA rate at the start (cosine decay)",
     "corewarding.a_end": "corewarding_2: teacher EMA rate at the end",
     "corewarding.decay_steps": "corewarding_2: steps of the decay (0: train.steps)",
@@ -401,10 +402,15 @@ FIELD_DOCS: dict[str, str] = {
     "probes.triples": "JSONL of hack probes (rule-wrong completions with a \"pattern\"; \"\": off)",
     "probes.every": "log the probes' RM false-accept rate and policy log-likelihood every N steps "
                     "(0: step 0 and the last only)",
+    "probes.format_questions": "format probes: right and wrong answers to this many held-out "
+                               "questions in several forms (#### N, The answer is: N, bare, "
+                               "boxed, repeated); the RM's mean score per form (0: off)",
     "verifier.num_workers": "processes of the rule verifier",
     "verifier.timeout_s": "seconds one answer check may take",
     "verifier.extraction": f"answer extraction: {' | '.join(EXTRACTION_CHOICES)} (auto: the "
                            "reward type's reference default)",
+    "verifier.gold": f"the gold of the RM's on-policy diagnostics and gold_accuracy: "
+                     f"{' | '.join(EXTRACTION_CHOICES)} (auto: verifier.extraction's)",
     "mesh.shape": "device mesh (data, fsdp, tensor); one -1 takes the remaining devices",
     "mesh.distributed": "join a multi-process run (jax.distributed)",
     "mesh.coordinator_address": "host:port of process 0 (\"\": environment / auto-detect)",
@@ -582,6 +588,9 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     _positive(c.verifier.num_workers, "verifier.num_workers")
     _positive(c.verifier.timeout_s, "verifier.timeout_s")
     _one_of(c.verifier.extraction, EXTRACTION_CHOICES, "verifier.extraction")
+    _one_of(c.verifier.gold, EXTRACTION_CHOICES, "verifier.gold")
+    _one_of(c.cooper.pair_labels, EXTRACTION_CHOICES, "cooper.pair_labels")
+    _positive(c.probes.format_questions, "probes.format_questions", allow_zero=True)
     _one_of(c.train.nan_policy, NAN_POLICIES, "train.nan_policy")
     _one_of(c.eval.headline, EVAL_HEADLINES, "eval.headline")
     _positive(c.eval.k, "eval.k")

@@ -36,6 +36,7 @@ from coop_jax import checkpoint, console, data, parallel, rl, sampling
 from coop_jax.trainer import cooper, rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
+from coop_jax.data.answer_forms import answer_marker, format_probes
 from coop_jax.data.sources import check_data_files
 from coop_jax.hf.build import load_model, with_lora
 from coop_jax.hf.sources import check_model_path
@@ -197,18 +198,49 @@ def run_extraction_mode(config) -> str:
                                    config.data.dataset)
 
 
-def make_verifiers(c, stack: contextlib.ExitStack) -> tuple[RuleVerifier, RuleVerifier]:
-    """(the rewards' verifier, the evaluation's). Rewards match answers as
-    `rewards.extraction_mode` says (the reference's mode for the reward type by default); held-out
-    accuracy stays lenient so that runs of different reward types compare (the references'
-    stricter scores are logged beside it: `strict_verifiers`)."""
-    mode = run_extraction_mode(c)
-    verifier = stack.enter_context(RuleVerifier(c.verifier.num_workers, c.verifier.timeout_s,
-                                                extraction=mode))
-    if mode == "lenient":
-        return verifier, verifier
-    return verifier, stack.enter_context(RuleVerifier(c.verifier.num_workers,
-                                                      c.verifier.timeout_s))
+def extraction_roles(c) -> dict[str, str]:
+    """The extraction mode of each rule the run uses: the rewards' ("reward",
+    `run_extraction_mode`), the labels of Cooper's pairs ("pairs", `cooper.pair_labels`), the gold
+    of the RM's on-policy diagnostics ("gold", `verifier.gold`); "auto" is the rewards'."""
+    reward = run_extraction_mode(c)
+    resolve = lambda mode: reward if mode == config_lib.AUTO_EXTRACTION else mode
+    return {"reward": reward, "pairs": resolve(c.cooper.pair_labels),
+            "gold": resolve(c.verifier.gold)}
+
+
+def make_verifiers(c, stack: contextlib.ExitStack) -> dict[str, RuleVerifier]:
+    """A verifier per role of `extraction_roles`, and the evaluation's ("eval"), one per distinct
+    mode. Rewards match answers as `rewards.extraction_mode` says (the reference's mode for the
+    reward type by default); held-out accuracy stays lenient so that runs of different reward
+    types compare (the references' stricter scores are logged beside it: `strict_verifiers`)."""
+    by_mode: dict[str, RuleVerifier] = {}
+
+    def verifier(mode: str) -> RuleVerifier:
+        if mode not in by_mode:
+            by_mode[mode] = stack.enter_context(RuleVerifier(
+                c.verifier.num_workers, c.verifier.timeout_s, extraction=mode))
+        return by_mode[mode]
+
+    roles = {role: verifier(mode) for role, mode in extraction_roles(c).items()}
+    return roles | {"eval": verifier("lenient")}
+
+
+def rule_header(c, trains_rm: bool, has_rm: bool) -> list[str]:
+    """The run header's lines on its rules: which extraction labels the rewards, Cooper's pairs
+    and the RM's diagnostics, and one line when the pairs' labeller is not the gold."""
+    roles = extraction_roles(c)
+    lines = [f"rule labels: {roles['reward']} (verifier.extraction={c.verifier.extraction})"]
+    if trains_rm:
+        lines.append(f"Cooper's pair labels: {roles['pairs']} "
+                     f"(cooper.pair_labels={c.cooper.pair_labels})")
+    if has_rm:
+        lines.append(f"RM diagnostics against the gold: {roles['gold']} "
+                     f"(verifier.gold={c.verifier.gold})")
+    if trains_rm and roles["pairs"] != roles["gold"]:
+        lines.append(f"NOTE: Cooper's pairs are labelled {roles['pairs']} but the run is "
+                     f"measured against {roles['gold']}: the RM is not taught what the gold "
+                     "rejects")
+    return lines
 
 
 # ---------------------------------------------------------------------- the compiled step
@@ -318,9 +350,12 @@ class Trainer:
             RolloutSettings.from_config(config, source), self.mesh, source, tokenizer,
             self._sampler(tokenizer, valid_vocab), rm_tokenizer=self.rm and self.rm.tokenizer,
             rm_format=rm_source.fmt if self.rm else None,
-            reward_options=rewards.REWARD_SOURCES.options(config.reward.type, config))
+            reward_options=rewards.REWARD_SOURCES.options(config.reward.type, config),
+            answer_marker=answer_marker(self.records.train))
         self.eval_settings = evaluators.EvalSettings.from_config(config)
         self.probe_settings = probes.ProbeSettings.from_config(config)
+        for line in rule_header(config, source.trains_rm, source.needs_rm):
+            log.info(line)
 
     # -- set-up
     def _policy(self, tokenizer, key):
@@ -389,18 +424,19 @@ class Trainer:
         """(the loop's host tools, the evaluation's verifier); sets the evaluation's strict
         verifiers (`strict_verifiers`)."""
         c = self.config
-        verifier, eval_verifier = make_verifiers(c, stack)
+        verifiers = make_verifiers(c, stack)
         self.strict = strict_verifiers(c.data.dataset, c.verifier.num_workers,
                                        c.verifier.timeout_s, stack)
-        if run_extraction_mode(c) == "strict_numeric":  # the run's gold: report it beside
-            self.strict = {"strict": verifier}
+        if extraction_roles(c)["gold"] == "strict_numeric":  # the run's gold: report it beside
+            self.strict = {"strict": verifiers["gold"]}
         background = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=1))
-        tools = HostTools(verifier, eval_verifier, background)
+        tools = HostTools(verifiers["reward"], verifiers["eval"], background,
+                          pair_verifier=verifiers["pairs"], gold_verifier=verifiers["gold"])
         if self.setup.source.trains_rm and cooper.negative_strategy(
                 c.cooper.negative).needs_assistant:
             tools.rewriter = cooper.make_rewriter(cooper.AssistantSettings.from_config(c),
                                                   self.mesh)
-        return tools, eval_verifier
+        return tools, verifiers["eval"]
 
     # -- evaluation (config.evals), checkpoints
     def eval_context(self, verifier) -> evaluators.EvalContext:
@@ -412,18 +448,27 @@ class Trainer:
             rm_model=self.rm, probes=self.hack_probes)
 
     _probes: list | None = None  # the probe triples, read on first use
+    _format_probes: list | None = None  # built on first use
 
     def hack_probes(self) -> dict:
-        """The hack probes' metrics (`coop_jax.trainer.probes`; {} without `probes.triples`)."""
-        s = self.probe_settings
-        if not s.triples:
-            return {}
-        if self._probes is None:
-            self._probes = probes.read_probes(s.triples)
+        """The hack probes' and the format probes' metrics (`coop_jax.trainer.probes`; {}
+        without `probes.triples` and `probes.format_questions`)."""
+        s, metrics = self.probe_settings, {}
         rm = self.rm and (self.state.rm_weights(), self.rm.config, self.rm.tokenizer,
                           self.setup.rm_format)
-        return probes.probe_metrics(self._probes, (self.state.policy_weights(), self.policy_cfg,
-                                                   self.setup.tokenizer), rm, s)
+        if s.triples:
+            if self._probes is None:
+                self._probes = probes.read_probes(s.triples)
+            metrics |= probes.probe_metrics(self._probes, (self.state.policy_weights(),
+                                                           self.policy_cfg, self.setup.tokenizer),
+                                            rm, s)
+        if s.format_questions and rm and self.setup.answer_marker:
+            if self._format_probes is None:
+                self._format_probes = format_probes(self.records.heldout, s.format_questions,
+                                                    self.setup.answer_marker)
+            metrics |= probes.format_metrics(self._format_probes, rm, self.setup.answer_marker,
+                                             s.batch_size)
+        return metrics
 
     def meta(self, step: int, extra: dict) -> dict:
         meta = {"step": step, "config": self.config.to_dict(),

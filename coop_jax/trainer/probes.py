@@ -9,6 +9,12 @@ Per pattern it logs
   completion and its end-of-sequence token, at the sampling temperature) under the current
   policy, i.e. how reachable the pattern is for the policy,
 and `probe/rm_false_accept` over all probes.
+
+Format probes (`probes.format_questions`; `coop_jax.data.answer_forms`): held-out questions'
+right and wrong answers in several forms; per form the run's RM's mean raw score,
+`format/<form>/right_score` and `format/<form>/wrong_score`, and
+`format/unmarked_minus_marked`: the right answers' mean score in the unmarked forms minus in the
+task's marked one (below 0: the RM prefers the marker).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import numpy as np
 
 from coop_jax import models
 from coop_jax.data import format_prompt
+from coop_jax.data.answer_forms import MARKED_FORM, UNMARKED_FORMS
 from coop_jax.models.logprobs import response_logprobs
 from coop_jax.rm.input import RMInputFormat, read_triples
 from coop_jax.rm.scoring import map_rows, score_triples
@@ -73,6 +80,7 @@ class ProbeSettings:
     """What the probes read of the config (the rollouts' prompt, length and temperature), built
     once by the entry point (`from_config`)."""
     triples: str  # probes.triples ("": no probes)
+    format_questions: int  # probes.format_questions (0: no format probes)
     template: str
     chat: bool
     max_prompt_len: int
@@ -84,7 +92,8 @@ class ProbeSettings:
     @classmethod
     def from_config(cls, config) -> "ProbeSettings":
         d, r = config.data, config.rollout
-        return cls(config.probes.triples, d.prompt_template, bool(d.chat_template),
+        return cls(config.probes.triples, int(config.probes.format_questions),
+                   d.prompt_template, bool(d.chat_template),
                    d.max_prompt_len, r.max_new_tokens, r.temperature, config.kernels.impl,
                    config.eval.batch_size)
 
@@ -107,3 +116,23 @@ def probe_metrics(probes: Sequence[dict], policy: tuple[Any, models.ModelConfig,
         metrics |= per_pattern(probes, accepted.astype(np.float64), "rm_false_accept")
         metrics["probe/rm_false_accept"] = float(accepted.mean())
     return metrics
+
+
+def format_metrics(probes: Sequence[dict], rm: tuple[Any, models.ModelConfig, Any, RMInputFormat],
+                   marker: str, batch_size: int = 64) -> dict:
+    """The format probes' metrics (module doc) of `rm` = (params, cfg, tokenizer, input format);
+    `marker`: the task's answer marker (`answer_forms.MARKERS`)."""
+    rm_params, rm_cfg, rm_tokenizer, fmt = rm
+    scores = score_triples(rm_params, rm_cfg, rm_tokenizer, probes, fmt=fmt,
+                           batch_size=batch_size)
+    forms = np.array([p["form"] for p in probes])
+    right = np.array([bool(p["label"]) for p in probes])
+    out = {}
+    for form in dict.fromkeys(forms.tolist()):
+        for name, label in (("right", True), ("wrong", False)):
+            out[f"format/{form}/{name}_score"] = float(scores[(forms == form) & (right == label)]
+                                                       .mean())
+    unmarked = np.mean([out[f"format/{f}/right_score"] for f in UNMARKED_FORMS])
+    out["format/unmarked_minus_marked"] = float(
+        unmarked - out[f"format/{MARKED_FORM[marker]}/right_score"])
+    return out

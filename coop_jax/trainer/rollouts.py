@@ -83,6 +83,7 @@ class RolloutSetup:
     rm_tokenizer: Any = None  # None: the run has no reward model
     rm_format: RMInputFormat | None = None
     reward_options: Options = Options()  # the reward type's declared host parameters
+    answer_marker: str | None = None  # the task's answer marker ("####"; None: it has none)
 
     @property
     def group_size(self) -> int:
@@ -96,6 +97,50 @@ class HostTools:
     lenient_verifier: RuleVerifier  # the evaluation's (lenient), also Cooper's full-text check
     background: concurrent.futures.ThreadPoolExecutor  # rule labels that nothing waits on
     rewriter: Callable | None = None                    # a negative strategy's assistant
+    pair_verifier: RuleVerifier | None = None  # labels Cooper's pairs (cooper.pair_labels; None:
+    #                                            the rewards')
+    gold_verifier: RuleVerifier | None = None  # the RM diagnostics' gold (verifier.gold; None:
+    #                                            the rewards')
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleLabels:
+    """A step's rollouts labelled by each rule the run uses: the rewards' (`reward`, with its
+    extracted answers), Cooper's pairs' (`pairs`) and the gold of the RM diagnostics (`gold`).
+    Where two roles share a verifier they share one array."""
+    reward: np.ndarray
+    extracted: list[str | None]
+    pairs: np.ndarray
+    pair_extracted: list[str | None]
+    gold: np.ndarray
+    metrics: dict  # rule_accuracy, verifier_timeouts, and gold_accuracy under another gold
+
+
+def label_rollouts(tools: HostTools, references: list[str], texts: list[str]) -> RuleLabels:
+    """`RuleLabels` of `texts`: one verifier pass per distinct rule."""
+    done: dict[int, tuple] = {}
+
+    def under(verifier):
+        verifier = verifier or tools.verifier
+        if id(verifier) not in done:
+            done[id(verifier)] = rewards.rule_labels(verifier, references, texts)
+        return done[id(verifier)]
+
+    labels, extracted, timeouts = under(tools.verifier)
+    pairs, pair_extracted, _ = under(tools.pair_verifier)
+    gold, _, _ = under(tools.gold_verifier)
+    metrics = {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts}
+    if gold is not labels:
+        metrics["gold_accuracy"] = gold.mean()
+    return RuleLabels(labels, extracted, pairs, pair_extracted, gold, metrics)
+
+
+def marker_rate(texts: list[str], marker: str | None) -> dict:
+    """{"rollout/marker_rate": the share of `texts` that write the task's answer marker} (empty
+    for a task without one)."""
+    if not marker or not texts:
+        return {}
+    return {"rollout/marker_rate": float(np.mean([marker in t for t in texts]))}
 
 
 @dataclasses.dataclass
@@ -122,10 +167,14 @@ class DecodedRollouts:
 class ScoredRollouts:
     """Rule labels and the reward source's host rewards of view 0 (and its other views)."""
     host_rewards: list[np.ndarray]      # one per view
-    labels: np.ndarray | None           # None while verified in the background (`pending`)
-    extracted: list[str | None] | None  # the rule verifier's extracted answers
-    pending: concurrent.futures.Future | None
+    rule: RuleLabels | None             # None while verified in the background (`pending`)
+    pending: concurrent.futures.Future | None  # of a RuleLabels
     metrics: dict
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        """The rewards' rule labels."""
+        return None if self.rule is None else self.rule.reward
 
 
 @dataclasses.dataclass
@@ -133,8 +182,8 @@ class PreparedBatch:
     """A step's batch, its host metrics and the rule labels still being verified (or None)."""
     batch: TrainBatch
     metrics: dict
-    pending: concurrent.futures.Future | None = None
-    labels: np.ndarray | None = None  # the rule labels of view 0's rollouts (None: pending)
+    pending: concurrent.futures.Future | None = None  # of a RuleLabels
+    labels: np.ndarray | None = None  # view 0's labels under the gold (None: pending)
 
 
 # ---------------------------------------------------------------------- sample
@@ -192,22 +241,22 @@ def score_rollouts(setup: RolloutSetup, records: list[dict], rollouts: DecodedRo
     """Rule labels (in the background when no reward waits for them) and the host rewards."""
     texts, g = rollouts.texts[0], setup.group_size
     references = [records[i // g]["reference"] for i in range(len(texts))]
-    metrics, pending, labels, extracted = {}, None, None, None
+    metrics, pending, rule = {}, None, None
     if setup.source.uses_rule_labels:
-        labels, extracted, timeouts = rewards.rule_labels(tools.verifier, references, texts)
-        metrics.update(rule_accuracy=labels.mean(), verifier_timeouts=timeouts)
+        rule = label_rollouts(tools, references, texts)
+        metrics.update(rule.metrics)
     else:
-        pending = tools.background.submit(rewards.rule_labels, tools.verifier, references, texts)
+        pending = tools.background.submit(label_rollouts, tools, references, texts)
     host_rewards, host_metrics = setup.source.host(rewards.RewardInputs(
-        records, rollouts.texts, labels, extracted, rollouts.teacher, g, tools.verifier,
-        setup.reward_options, step))
-    return ScoredRollouts(host_rewards, labels, extracted, pending, metrics | host_metrics)
+        records, rollouts.texts, rule and rule.reward, rule and rule.extracted, rollouts.teacher,
+        g, tools.verifier, setup.reward_options, step))
+    return ScoredRollouts(host_rewards, rule, pending, metrics | host_metrics)
 
 
 def finish_rule_labels(pending: concurrent.futures.Future) -> tuple[np.ndarray, dict]:
-    """(labels, rule accuracy metrics) of labels verified while the device updated."""
-    labels, _, timeouts = pending.result()
-    return labels, {"rule_accuracy": labels.mean(), "verifier_timeouts": timeouts}
+    """(gold labels, rule accuracy metrics) of labels verified while the device updated."""
+    rule = pending.result()
+    return rule.gold, rule.metrics
 
 
 def rm_label_metrics(scores: np.ndarray, labels: np.ndarray, group_size: int,
@@ -289,8 +338,9 @@ def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollo
     spec = cooper.negative_strategy(p.negative)
     first_prompt = jax.process_index() * len(records)
     references = cooper.reference_solutions(records) if p.reference_positive else None
+    labels = scored.rule.pairs
     if spec.on_device:
-        pairs, stats = spec.candidates(scored.labels, setup.group_size, p.pairs_per_group,
+        pairs, stats = spec.candidates(labels, setup.group_size, p.pairs_per_group,
                                        references and [r is not None for r in references])
         if references is not None:
             pairs = cooper.with_reference_positives(pairs, records, references,
@@ -299,8 +349,9 @@ def rm_pairs(setup: RolloutSetup, step: int, records, texts, scored: ScoredRollo
         prompts = [data.format_prompt(setup.settings.prompt_template, r["question"])
                    for r in records]
         texts_, stats = cooper.build_pairs(
-            p.negative, records, texts, scored.labels, scored.extracted,
-            setup.group_size, verifier=tools.verifier, rewriter=tools.rewriter,
+            p.negative, records, texts, labels, scored.rule.pair_extracted,
+            setup.group_size, verifier=tools.pair_verifier or tools.verifier,
+            rewriter=tools.rewriter,
             seed=(p.seed, step), first_prompt=first_prompt, tries=p.rewrite_tries,
             prompts=prompts, keep_rule=p.negative_check,
             full_text_verifier=tools.lenient_verifier, references=references)
@@ -334,8 +385,9 @@ def prepare_batch(setup: RolloutSetup, step: int, records: list[dict],
                    generated_tokens=int(np.asarray(out.mask).sum()),
                    # replicated: this host's copy (no collective: this may run in a thread)
                    **{"rollout/padding_waste": float(
-                       samples.padding_waste.addressable_shards[0].data)})
-    return PreparedBatch(batch, metrics, scored.pending, scored.labels)
+                       samples.padding_waste.addressable_shards[0].data)},
+                   **marker_rate(rollouts.texts[0], setup.answer_marker))
+    return PreparedBatch(batch, metrics, scored.pending, scored.rule and scored.rule.gold)
 
 
 def collect(setup: RolloutSetup, state, step: int, records: list[dict], tools: HostTools,
