@@ -32,7 +32,6 @@ from coop_jax.stats import bootstrap_ci, interval_to_json, mean_ci
 
 ARMS = ("rule", "static_rm", "cooper")
 CONTRASTS = (("cooper", "static_rm"), ("cooper", "rule"), ("static_rm", "rule"))
-RUN_RE = re.compile(rf"^({'|'.join(ARMS)})_s(\d+)$")
 WINDOW = 10  # steps: the plan's "last 10 steps"
 DIAGNOSTICS = ("rule_accuracy", "proxy_reward_mean", "response_length", "rm_rule_agreement",
                "rm_balanced_accuracy", "rm_onpolicy_auc", "pairs/valid", "rm_loss",
@@ -52,14 +51,18 @@ def paired(after: dict[str, float], before: dict[str, float]) -> dict:
 
 
 def window_means(metrics: list[dict], keys=DIAGNOSTICS) -> dict[str, dict]:
-    """key -> its mean over the first and the last WINDOW steps that log it (None: not logged)."""
+    """key -> its mean over the first and the last WINDOW steps that log it, or, for a key
+    logged fewer than 2 x WINDOW times (an evaluation every few steps), its first and last
+    values, so the two never share a value; absent: not logged."""
     out = {}
     for key in keys:
         values = [m[key] for m in metrics if isinstance(m.get(key), (int, float))
                   and np.isfinite(m[key])]
-        if values:
+        if len(values) >= 2 * WINDOW:
             out[key] = {"first": float(np.mean(values[:WINDOW])),
                         "last": float(np.mean(values[-WINDOW:])), "n": len(values)}
+        elif values:
+            out[key] = {"first": float(values[0]), "last": float(values[-1]), "n": len(values)}
     return out
 
 
@@ -100,11 +103,15 @@ def summarize_run(run_dir: str, after: list[dict], base: list[dict]) -> dict:
                                               - report["avg_at_k"]["mean"])}
 
 
+def run_name_re(arms) -> re.Pattern:
+    return re.compile(rf"^({'|'.join(arms)})_s(\d+)$")
+
+
 def contrast(runs: dict[str, dict], samples: dict[str, list[dict]], a: str, b: str) -> dict:
     """a - b in final strict greedy accuracy: per seed paired over questions, then over seeds."""
     per_seed = {}
     for name in sorted(runs):
-        arm, seed = RUN_RE.match(name).groups()
+        arm, seed = re.match(r"^(.+)_s(\d+)$", name).groups()
         other = f"{b}_s{seed}"
         if arm == a and other in runs:
             per_seed[seed] = paired(correctness(samples[name], "greedy", "strict_correct"),
@@ -114,17 +121,24 @@ def contrast(runs: dict[str, dict], samples: dict[str, list[dict]], a: str, b: s
             "over_seeds": interval_to_json(mean_ci(means)) if means else None}
 
 
-def analyse(results: str) -> dict:
+def load(results: str, arms=ARMS) -> tuple[list[dict], dict[str, list[dict]]]:
+    """(the start policy's samples, run name -> its final evaluation's samples) of the
+    finished runs of `arms` in `results`."""
+    name_re = run_name_re(arms)
     base = read_jsonl(os.path.join(results, "base_eval", "samples.jsonl"))
-    names = sorted(n for n in os.listdir(results) if RUN_RE.match(n)
+    names = sorted(n for n in os.listdir(results) if name_re.match(n)
                    and os.path.exists(os.path.join(results, n, "run.json")))
-    samples = {n: read_jsonl(os.path.join(results, n, "eval_samples.jsonl")) for n in names}
-    runs = {n: summarize_run(os.path.join(results, n), samples[n], base) for n in names}
+    return base, {n: read_jsonl(os.path.join(results, n, "eval_samples.jsonl")) for n in names}
+
+
+def analyse(results: str, arms=ARMS, contrasts=CONTRASTS) -> dict:
+    base, samples = load(results, arms)
+    runs = {n: summarize_run(os.path.join(results, n), samples[n], base) for n in samples}
     start = {name: float(np.mean(list(correctness(base, mode, key).values())))
              for name, mode, key in (("strict_greedy", "greedy", "strict_correct"),
                                      ("lenient_greedy", "greedy", "correct"))}
     return {"start": start, "runs": runs,
-            "contrasts": {f"{a} - {b}": contrast(runs, samples, a, b) for a, b in CONTRASTS}}
+            "contrasts": {f"{a} - {b}": contrast(runs, samples, a, b) for a, b in contrasts}}
 
 
 def _pct(iv: dict | None) -> str:
@@ -161,7 +175,8 @@ def markdown(out: dict) -> list[str]:
     for name, c in out["contrasts"].items():
         per = "; ".join(f"s{s}: {_pct(v)}" for s, v in c["per_seed"].items()) or "–"
         md.append(f"| {name} | {c['seeds']} | {_pct(c['over_seeds'])} | {per} |")
-    md += ["", "## Per-step diagnostics (mean over the first → last 10 steps)", "",
+    md += ["", "## Per-step diagnostics (mean over the first → last 10 steps; a metric logged "
+           "fewer than 20 times: its first → last value)", "",
            "| run | " + " | ".join(DIAGNOSTICS) + " |", "|---" * (len(DIAGNOSTICS) + 1) + "|"]
     for name, r in out["runs"].items():
         d = r["diagnostics"]

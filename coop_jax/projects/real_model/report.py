@@ -119,7 +119,8 @@ def _markdown(base: dict, runs: dict[str, dict]) -> list[str]:
             f"{(r['peak_rss_mib'] or float('nan')) / 1024:.2f} |")
     for name, r in runs.items():
         if r["cooper"]:
-            md += ["", f"**{name}** (Cooper): " + json.dumps(r["cooper"])]
+            md += ["", f"**{name}** ({r.get('arm', name)}, RM diagnostics): "
+                   + json.dumps(r["cooper"])]
     md += ["", "Accuracies in %, gains in points. Commands: each run's `run.json`."]
     return md
 
