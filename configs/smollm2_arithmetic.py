@@ -15,12 +15,13 @@ LoRA rank 16 on every projection of the policy, learning rate 1e-4 (about ten ti
 fine-tuning rate, as in Schulman et al. 2025). Rollouts sample at temperature 0.7, where more
 groups hold a right answer than at 1.0.
 
-Cooper on the same task (`--config.reward.type=cooper`) starts from the trained VerifyRM kept in
-docs/results/real_model/verifyrm/inputs (`cooper.rm_checkpoint`, built by
-`python -m coop_jax.projects.real_model.verifyrm`): SmolLM2's first 4 layers and a scalar head,
-fully fine-tuned on rule-labelled samples of SmolLM2 and of a rule-trained SmolLM2, decoded onto
-`reward_model.hf_path` at start. During RL it is fully fine-tuned at the recipe's lr 1e-5 with 1%
-warm-up, with the policy's own wrong rollouts as negatives. The kept RM passed its gate
+Cooper on the same task (`--config.reward.type=cooper`) starts from the trained VerifyRM, kept
+compactly in assets/rms/smollm2_verifyrm (`cooper.rm_checkpoint`; made from the exact one that
+`python -m coop_jax.projects.real_model.verifyrm` kept in docs/results/real_model/verifyrm):
+SmolLM2's first 4 layers and a scalar head, fully fine-tuned on rule-labelled samples of SmolLM2
+and of a rule-trained SmolLM2, decoded onto `reward_model.hf_path` at start, its digest checked.
+During RL it is fully fine-tuned at the recipe's lr 1e-5 with 1% warm-up, with the policy's own
+wrong rollouts as negatives. The kept RM passed its gate
 (held-out accuracy 0.959, ROC AUC 0.993; docs/results/real_model/verifyrm).
 """
 import os
@@ -29,9 +30,10 @@ from coop_jax.config import base_config
 from coop_jax.hf.sources import smollm2_gguf
 
 
-# the trained VerifyRM, kept as its difference from SmolLM2 (coop_jax.checkpoint.portable)
-VERIFYRM = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "docs", "results",
-                        "real_model", "verifyrm", "inputs")
+# the trained VerifyRM, kept compactly as its difference from SmolLM2
+# (coop_jax.checkpoint.portable; assets/rms/smollm2_verifyrm/README.md)
+VERIFYRM = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "assets", "rms",
+                        "smollm2_verifyrm")
 
 
 def get_config():

