@@ -228,3 +228,25 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str,
                  if commit else None)
         out.append(dest or run_dir)
     return out
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """This machine's CPU, e.g. "AMD EPYC (family 25 model 17, AVX-512)": XLA:CPU results
+    differ across CPUs, and above all across vector widths, which a bare model name such as
+    "AMD EPYC" does not tell apart; each run records where it ran."""
+    import platform
+    try:
+        with open(cpuinfo) as fh:
+            first_cpu = fh.read().split("\n\n")[0].splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first_cpu
+                                              if ":" in line)}
+    flags = set(info.get("flags", "").split())
+    kind = []
+    if "cpu family" in info and "model" in info:
+        kind.append(f"family {info['cpu family']} model {info['model']}")
+    if "avx512f" in flags or "avx2" in flags:
+        kind.append("AVX-512" if "avx512f" in flags else "AVX2")
+    name = info.get("model name") or platform.processor() or platform.machine()
+    return f"{name} ({', '.join(kind)})" if kind else name

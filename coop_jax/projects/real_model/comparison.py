@@ -33,7 +33,7 @@ from coop_jax.stats import bootstrap_ci, interval_to_json, mean_ci
 ARMS = ("rule", "static_rm", "cooper")
 CONTRASTS = (("cooper", "static_rm"), ("cooper", "rule"), ("static_rm", "rule"))
 WINDOW = 10  # steps: the plan's "last 10 steps"
-DIAGNOSTICS = ("rule_accuracy", "proxy_reward_mean", "response_length", "rm_rule_agreement",
+DIAGNOSTICS = ("rule_accuracy", "gold_accuracy", "proxy_reward_mean", "response_length", "rm_rule_agreement",
                "rm_balanced_accuracy", "rm_onpolicy_auc", "pairs/valid", "rm_loss",
                "rm_grad_norm", "rm_heldout_accuracy")
 
@@ -52,13 +52,13 @@ def paired(after: dict[str, float], before: dict[str, float]) -> dict:
 
 def window_means(metrics: list[dict], keys=DIAGNOSTICS) -> dict[str, dict]:
     """key -> its mean over the first and the last WINDOW steps that log it, or, for a key
-    logged fewer than 2 x WINDOW times (an evaluation every few steps), its first and last
-    values, so the two never share a value; absent: not logged."""
-    out = {}
+    logged on fewer than half the training steps (an evaluation every few steps), its first and
+    last values, where windows of WINDOW values would span the whole run; absent: not logged."""
+    out, steps = {}, len(step_rows(metrics))
     for key in keys:
         values = [m[key] for m in metrics if isinstance(m.get(key), (int, float))
                   and np.isfinite(m[key])]
-        if len(values) >= 2 * WINDOW:
+        if 2 * len(values) >= steps:
             out[key] = {"first": float(np.mean(values[:WINDOW])),
                         "last": float(np.mean(values[-WINDOW:])), "n": len(values)}
         elif values:
@@ -94,8 +94,9 @@ def summarize_run(run_dir: str, after: list[dict], base: list[dict]) -> dict:
         gains[name] = paired(mine, correctness(base, mode, key))
     diagnostics = window_means(metrics)
     gap = None
-    if "proxy_reward_mean" in diagnostics:
-        gap = diagnostics["proxy_reward_mean"]["last"] - diagnostics["rule_accuracy"]["last"]
+    if "proxy_reward_mean" in diagnostics:  # against the gold where the run logged it apart
+        truth = diagnostics.get("gold_accuracy", diagnostics["rule_accuracy"])
+        gap = diagnostics["proxy_reward_mean"]["last"] - truth["last"]
     return {"steps": len(steps), "final": final, "gain": gains,
             "collapse": collapse(gains["strict_greedy"], steps), "diagnostics": diagnostics,
             "hacking_gap": gap,
@@ -183,34 +184,44 @@ def markdown(out: dict) -> list[str]:
         md.append(f"| {name} | " + " | ".join(
             f"{_fmt(d, k, 'first')} → {_fmt(d, k, 'last')}" if k in d else "–"
             for k in DIAGNOSTICS) + " |")
-    md += ["", "The hacking gap is proxy reward − the rollouts' (lenient) rule accuracy over the "
-           "last 10 steps (plan amendment 1). Collapse: the paired interval of the strict greedy "
-           "gain wholly below 0, rule accuracy 0 on each of the last 10 steps, or responses "
-           "under 10 tokens there. Commands: each run's `run.json`."]
+    md += ["", "The hacking gap is proxy reward − the rollouts' accuracy over the last 10 steps, "
+           "under the gold where the run logged it (`gold_accuracy`), else under the run's "
+           "(lenient) rule (the first comparison: plan amendment 1). Collapse: the paired "
+           "interval of the strict greedy gain wholly below 0, rule accuracy 0 on each of the "
+           "last 10 steps, or responses under 10 tokens there. Commands: each run's `run.json`."]
     return md
+
+
+def write_analysis(results: str, out: dict, lines: list[str]) -> dict:
+    """RESULTS/analysis.json (`out`) and analysis.md (`lines`); returns `out`."""
+    with open(os.path.join(results, "analysis.json"), "w") as fh:
+        json.dump(out, fh, indent=2)
+    with open(os.path.join(results, "analysis.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return out
 
 
 def write(results: str) -> dict:
     out = analyse(results)
-    with open(os.path.join(results, "analysis.json"), "w") as fh:
-        json.dump(out, fh, indent=2)
-    with open(os.path.join(results, "analysis.md"), "w") as fh:
-        fh.write("\n".join(markdown(out)) + "\n")
-    return out
+    return write_analysis(results, out, markdown(out))
 
 
-def _define(fv: flags.FlagValues, argv: list[str]) -> None:
-    flags.DEFINE_string("results", "docs/results/real_model/comparison",
-                        "the comparison's results folder (lane --study=comparison)", flag_values=fv)
+def analysis_main(argv: list[str], doc: str, study: str, write_fn) -> None:
+    """The command of a lane study's analysis: `--results` (the study's folder) -> write_fn."""
+    def define(fv: flags.FlagValues, argv: list[str]) -> None:
+        flags.DEFINE_string("results", f"docs/results/real_model/{study}",
+                            f"the study's results folder (lane --study={study})", flag_values=fv)
+
+    f = parse_flags(define, argv, doc)
+    if not os.path.exists(os.path.join(f.results, "base_eval", "samples.jsonl")):
+        raise UsageError(f"--results: {f.results} holds no base_eval/samples.jsonl (run "
+                         f"`python -m coop_jax.projects.real_model.lane --study={study}` first)")
+    out = write_fn(f.results)
+    print(f"{len(out['runs'])} runs -> {os.path.join(f.results, 'analysis.md')}")
 
 
 def main(argv: list[str]) -> None:
-    f = parse_flags(_define, argv, __doc__)
-    if not os.path.exists(os.path.join(f.results, "base_eval", "samples.jsonl")):
-        raise UsageError(f"--results: {f.results} holds no base_eval/samples.jsonl (run "
-                         "`python -m coop_jax.projects.real_model.lane --study=comparison` first)")
-    out = write(f.results)
-    print(f"{len(out['runs'])} runs -> {os.path.join(f.results, 'analysis.md')}")
+    analysis_main(argv, __doc__, "comparison", write)
 
 
 def run() -> None:

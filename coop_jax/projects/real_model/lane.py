@@ -35,8 +35,9 @@ from absl.app import UsageError
 from coop_jax.config import load_config_file
 from coop_jax.console import parse_flags, run_console
 from coop_jax.data import SyntheticConfig, load_split
-from coop_jax.projects.real_model import comparison
+from coop_jax.projects.real_model import blind_spot, comparison
 from coop_jax.projects.real_model.report import write_report
+from coop_jax.projects.run_store import cpu_model
 from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import read_jsonl
 
@@ -52,6 +53,16 @@ UNTRAINED_RM_COOPER = ["--config.reward.type=cooper", "--config.reward_model.kee
 # arms start from the config's gated VerifyRM (cooper.rm_checkpoint), frozen or co-trained at
 # the config's Cooper recipe.
 COMPARISON_STEPS = ["--config.train.steps=60"]
+# The blind-spot comparison (docs/results/real_model/blind_spot_plan.md): 100 steps, strict gold
+# for the RM diagnostics, format probes every 10 steps; Cooper's pairs labelled by the strict
+# rule, hardest negatives (3 per group), the reference positive, the RM at half the rate it was
+# trained at (1e-4 -> 5e-5, the recipe's ratio); the sham swaps half its pairs' labels.
+BLIND_SPOT = ["--config.train.steps=100", "--config.verifier.gold=strict_numeric",
+              "--config.probes.format_questions=16", "--config.probes.every=10"]
+COOPER_STRICT = ["--config.reward.type=cooper", "--config.cooper.negative=rollout_hardest",
+                 "--config.cooper.pairs_per_group=3", "--config.cooper.reference_positive=True",
+                 "--config.cooper.pair_labels=strict_numeric",
+                 "--config.cooper.learning_rate=5e-5"]
 STUDIES: dict[str, dict] = {
     "lane": dict(results="docs/results/real_model", runs=["rule_s0", "rule_s1", "cooper_s0"],
                  arms={"rule": [], "cooper": UNTRAINED_RM_COOPER}, analysis=None),
@@ -62,6 +73,15 @@ STUDIES: dict[str, dict] = {
               "static_rm": COMPARISON_STEPS + ["--config.reward.type=static_rm"],
               "cooper": COMPARISON_STEPS + ["--config.reward.type=cooper"]},
         analysis=comparison.write),
+    "blind_spot": dict(
+        results="docs/results/real_model/blind_spot",
+        runs=[f"{arm}_s{seed}" for seed in (0, 1, 2, 3)
+              for arm in ("rule_strict", "static_rm", "cooper_strict", "sham_cooper")],
+        arms={"rule_strict": BLIND_SPOT + ["--config.verifier.extraction=strict_numeric"],
+              "static_rm": BLIND_SPOT + ["--config.reward.type=static_rm"],
+              "cooper_strict": BLIND_SPOT + COOPER_STRICT,
+              "sham_cooper": BLIND_SPOT + COOPER_STRICT + ["--config.cooper.pair_label_noise=0.5"]},
+        analysis=blind_spot.write, heldout_label="strict_correct"),
 }
 RUN_RE = re.compile(r"^([a-z_]+)_s(\d+)$")
 COPIED = ("summary.json", "metrics.jsonl", "curves.png")
@@ -72,7 +92,8 @@ def _define(fv: flags.FlagValues, argv: list[str]) -> None:
     flags.DEFINE_string("workdir", "runs/real_model", "working folder (checkpoints)", **d)
     flags.DEFINE_enum("study", "lane", list(STUDIES), "lane: the first rule / untrained-RM "
                       "Cooper runs; comparison: the pre-registered rule / static_rm / cooper "
-                      "comparison from the gated VerifyRM", **d)
+                      "comparison from the gated VerifyRM; blind_spot: rule_strict / static_rm "
+                      "/ cooper_strict / sham_cooper against the RM's marker blind spot", **d)
     flags.DEFINE_string("results", "", "results folder (default: the study's)", **d)
     flags.DEFINE_string("config", CONFIG, "coop-train config file", **d)
     flags.DEFINE_list("runs", [], "runs, <arm>_s<seed> (default: the study's, in its order)",
@@ -123,20 +144,21 @@ def _questions(config_path: str, n: int) -> dict[str, str]:
     return {r["id"]: r["question"] for r in records}
 
 
-def heldout_triples(samples: list[dict]) -> list[dict]:
-    """Every right sampled completion and as many wrong ones (the first of each question's)."""
+def heldout_triples(samples: list[dict], label: str = "correct") -> list[dict]:
+    """Every right sampled completion and as many wrong ones (the first of each question's);
+    right and wrong by the samples' `label` field ("correct": lenient, "strict_correct")."""
     sampled = [s for s in samples if s["mode"] == "sampled"]
-    right = [s for s in sampled if s["correct"]]
+    right = [s for s in sampled if s[label]]
     wrong, seen = [], set()
     for s in sampled:
-        if not s["correct"] and s["question"] not in seen and len(wrong) < len(right):
+        if not s[label] and s["question"] not in seen and len(wrong) < len(right):
             seen.add(s["question"])
             wrong.append(s)
     return [{"question": s["question"], "reference": s["reference"],
-             "completion": s["completion"], "label": bool(s["correct"])} for s in right + wrong]
+             "completion": s["completion"], "label": bool(s[label])} for s in right + wrong]
 
 
-def base_eval(f: flags.FlagValues) -> str:
+def base_eval(f: flags.FlagValues, label: str = "correct") -> str:
     out = os.path.join(f.results, "base_eval")
     if not os.path.exists(os.path.join(out, "report.json")):
         work = os.path.join(f.workdir, "base_eval")
@@ -151,7 +173,7 @@ def base_eval(f: flags.FlagValues) -> str:
             questions = _questions(f.config, f.num_eval)
             samples = [dict(s, question=questions[s["id"]]) for s in samples]
         with open(triples, "w") as fh:
-            for t in heldout_triples(samples):
+            for t in heldout_triples(samples, label):
                 fh.write(json.dumps(t) + "\n")
     return triples
 
@@ -179,7 +201,8 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
             shutil.copy(os.path.join(work, name_), out)
     for name_ in ("report.json", "samples.jsonl"):
         shutil.copy(os.path.join(work + "_eval", name_), os.path.join(out, "eval_" + name_))
-    run = {"arm": arm, "seed": int(seed), "train_command": " ".join(train_cmd[2:]),
+    run = {"arm": arm, "seed": int(seed), "cpu": cpu_model(),
+           "train_command": " ".join(train_cmd[2:]),
            "train_wall_s": train_s, "eval_wall_s": eval_s,
            "peak_rss_mib": _peak_rss_mib(work + ".train.log")}
     with open(os.path.join(out, "run.json"), "w") as fh:
@@ -210,7 +233,7 @@ def main(argv: list[str]) -> None:
         if not RUN_RE.match(name) or RUN_RE.match(name).group(1) not in study["arms"]:
             raise UsageError(f"--runs: {name!r} is not <arm>_s<seed> with arm in "
                              f"{list(study['arms'])} (--study={f.study})")
-    triples = base_eval(f)
+    triples = base_eval(f, study.get("heldout_label", "correct"))
     if f.commit:
         _commit([os.path.join(f.results, "base_eval")], "real-model lane: start-policy eval")
     for name in f.runs:

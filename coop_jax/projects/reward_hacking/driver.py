@@ -53,6 +53,7 @@ from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.projects.reward_hacking import hack_probes, plan_inputs, results_page
 from coop_jax.projects import rm_corpus, run_store
+from coop_jax.projects.run_store import cpu_model
 from coop_jax.projects.reward_hacking.arms import (  # noqa: F401
     ARM_OVERRIDES, ARMS, _methods, _seeds, expected_runs, run_config)
 from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
@@ -264,28 +265,6 @@ def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str =
                 json.dump(found, fh, indent=1)
         return summary
     return run
-
-
-def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """This machine's CPU, e.g. "AMD EPYC (family 25 model 17, AVX-512)": XLA:CPU results
-    differ across CPUs, and above all across vector widths, which a bare model name such as
-    "AMD EPYC" does not tell apart; each run records where it ran."""
-    import platform
-    try:
-        with open(cpuinfo) as fh:
-            first_cpu = fh.read().split("\n\n")[0].splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first_cpu
-                                              if ":" in line)}
-    flags = set(info.get("flags", "").split())
-    kind = []
-    if "cpu family" in info and "model" in info:
-        kind.append(f"family {info['cpu family']} model {info['model']}")
-    if "avx512f" in flags or "avx2" in flags:
-        kind.append("AVX-512" if "avx512f" in flags else "AVX2")
-    name = info.get("model name") or platform.processor() or platform.machine()
-    return f"{name} ({', '.join(kind)})" if kind else name
 
 
 class NoHeadroom(RuntimeError):

@@ -131,6 +131,44 @@ def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_
     assert runs[:3] == ["rule_s0", "static_rm_s0", "cooper_s0"] and len(runs) == 9
 
 
+def test_the_blind_spot_arms_share_the_gold_and_differ_as_the_plan_says():
+    """docs/results/real_model/blind_spot_plan.md: 100 steps, strict gold and format probes for
+    all; rule_strict's rule is strict; cooper_strict's pairs strict, 3 hardest negatives, the
+    reference positive, RM lr 5e-5; the sham is cooper_strict with half its labels swapped."""
+    from coop_jax.config import load_config_file, validate
+    arms = ("rule_strict", "static_rm", "cooper_strict", "sham_cooper")
+    configs = {arm: _apply(load_config_file(real_model.CONFIG),
+                           real_model.arm_overrides("blind_spot", arm)) for arm in arms}
+    flat = {arm: c.to_dict() for arm, c in configs.items()}
+    differ = {arm: sorted(f"{section}.{k}" for section, fields in flat[arm].items()
+                          if isinstance(fields, dict)
+                          for k, v in fields.items() if v != flat["static_rm"][section][k])
+              for arm in arms}
+    assert differ == {
+        "rule_strict": ["reward.type", "verifier.extraction"], "static_rm": [],
+        "cooper_strict": ["cooper.learning_rate", "cooper.negative", "cooper.pair_labels",
+                          "cooper.pairs_per_group", "cooper.reference_positive", "reward.type"],
+        "sham_cooper": ["cooper.learning_rate", "cooper.negative", "cooper.pair_label_noise",
+                        "cooper.pair_labels", "cooper.pairs_per_group",
+                        "cooper.reference_positive", "reward.type"]}
+    for c in configs.values():
+        assert c.train.steps == 100 and c.verifier.gold == "strict_numeric"
+        assert c.probes.format_questions == 16 and c.probes.every == 10
+        validate(c, device_count=1)
+    assert configs["cooper_strict"].cooper.learning_rate == 5e-5
+    assert configs["sham_cooper"].cooper.pair_label_noise == 0.5
+    study = real_model.STUDIES["blind_spot"]
+    assert study["runs"][:4] == [f"{arm}_s0" for arm in arms] and len(study["runs"]) == 16
+    assert study["heldout_label"] == "strict_correct"
+
+
+def test_strict_heldout_triples_take_the_strict_label():
+    samples = [dict(s, strict_correct=s["correct"] and s["sample_index"] == 0)
+               for s in _samples([True], [[True, True, False]])]
+    labels = [t["label"] for t in real_model.heldout_triples(samples, "strict_correct")]
+    assert labels == [True, False]  # one strict-right, one wrong of its question
+
+
 def test_run_logs_go_to_a_workdir_that_does_not_exist_yet(tmp_path):
     """A fresh machine with committed results but no runs/ folder (the base evaluation, which
     would create it, is skipped)."""
