@@ -2,11 +2,17 @@
 
 Every reader of such files in the package goes through :func:`iter_jsonl`, so a bad line is always
 reported the same way: a :class:`JsonlError` naming the file and the 1-based line.
+
+Kept results store their JSON-lines files xz-compressed (`keep_file`: `metrics.jsonl` is kept as
+`metrics.jsonl.xz`); every reader takes the plain name and reads `X`, or `X.xz` where `X` is
+missing (`resolve`), so code and commands name the plain file either way.
 """
 from __future__ import annotations
 
 import json
+import lzma
 import os
+import shutil
 from typing import IO, Callable, Iterator
 
 PathOrFile = str | os.PathLike | IO[str]
@@ -59,13 +65,51 @@ def iter_jsonl(source: PathOrFile, *,
     if hasattr(source, "read"):
         yield from _rows(source, getattr(source, "name", "<stream>"), on_invalid)
         return
-    path = os.fspath(source)
-    with open(path, encoding="utf-8") as fh:
+    path = resolve(source)
+    with _open_text(path) as fh:
         yield from _rows(fh, path, on_invalid)
 
 
+XZ = ".xz"
+
+
+def resolve(path: str | os.PathLike) -> str:
+    """`path`, or its compressed form `path.xz` where only that exists."""
+    path = os.fspath(path)
+    return path + XZ if not os.path.exists(path) and os.path.exists(path + XZ) else path
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether `path` or its compressed form `path.xz` is a file."""
+    return os.path.isfile(resolve(path))
+
+
+def _open_text(path: str) -> IO[str]:
+    if path.endswith(XZ):
+        return lzma.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+def keep_file(src: str | os.PathLike, dest: str | os.PathLike) -> str:
+    """Copy `src` to `dest`, a JSON-lines file (`.jsonl`) xz-compressed as `dest.xz` (the same
+    bytes for the same rows, so a resumed copy changes nothing; a plain `dest` left from before
+    is removed); the path written."""
+    dest = os.fspath(dest)
+    if not dest.endswith(".jsonl"):
+        shutil.copyfile(src, dest)
+        return dest
+    with open(src, "rb") as fh:
+        data = lzma.compress(fh.read(), preset=9 | lzma.PRESET_EXTREME)
+    with open(dest + XZ, "wb") as fh:
+        fh.write(data)
+    if os.path.exists(dest):
+        os.remove(dest)
+    return dest + XZ
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Rows of ``path``; a line that is not a JSON object raises JsonlError naming the line."""
+    """Rows of ``path`` (or ``path.xz``); a line that is not a JSON object raises JsonlError
+    naming the line."""
     return [row for _, row in iter_jsonl(path)]
 
 

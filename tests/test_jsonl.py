@@ -28,3 +28,34 @@ def test_read_json_wants_one_object(tmp_path):
         read_json(bad)
     with pytest.raises(ValueError, match="list.json must hold a JSON object, got list"):
         read_json(lst)
+
+
+def test_a_kept_jsonl_file_is_compressed_and_read_by_its_plain_name(tmp_path):
+    """`keep_file` writes `X.jsonl.xz` (the same bytes for the same rows, a plain copy left from
+    before removed); every reader given `X.jsonl` reads it; other files are copied as they
+    are."""
+    import lzma
+
+    from coop_jax.jsonl import exists, keep_file, resolve
+    src = tmp_path / "metrics.jsonl"
+    src.write_text("".join(json.dumps({"step": i, "loss": 1.0 / (i + 1)}) + "\n"
+                           for i in range(200)))
+    dest = tmp_path / "kept"
+    dest.mkdir()
+    (dest / "metrics.jsonl").write_text('{"old": 1}\n')
+    written = keep_file(src, dest / "metrics.jsonl")
+    assert written == str(dest / "metrics.jsonl.xz") and sorted(
+        p.name for p in dest.iterdir()) == ["metrics.jsonl.xz"]
+    first = (dest / "metrics.jsonl.xz").read_bytes()
+    assert len(first) < src.stat().st_size / 4
+    assert lzma.decompress(first) == src.read_bytes()
+    assert keep_file(src, dest / "metrics.jsonl") and (dest / "metrics.jsonl.xz").read_bytes() \
+        == first
+    assert read_jsonl(dest / "metrics.jsonl") == read_jsonl(src)
+    assert exists(dest / "metrics.jsonl") and not exists(dest / "other.jsonl")
+    assert resolve(src) == str(src)
+    (dest / "metrics.jsonl.xz").write_bytes(lzma.compress(b'{"a": 1}\n[2]\n'))
+    with pytest.raises(JsonlError, match=r"metrics.jsonl.xz: line 2: not a JSON object"):
+        read_jsonl(dest / "metrics.jsonl")
+    (tmp_path / "curves.png").write_bytes(b"png")
+    assert keep_file(tmp_path / "curves.png", dest / "curves.png") == str(dest / "curves.png")

@@ -22,6 +22,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax.stats import interval_to_json, mean_ci
+from coop_jax import jsonl
 from coop_jax.jsonl import read_json, read_jsonl
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def load_run(run_dir: str) -> dict[str, Any]:
             raise ValueError(f"{path}: '{key}' must be a number, got {summary.get(key)!r}")
     metrics = []
     mpath = os.path.join(run_dir, "metrics.jsonl")
-    if os.path.isfile(mpath):
+    if jsonl.exists(mpath):  # or the kept metrics.jsonl.xz
         metrics = read_jsonl(mpath)
         for row in metrics:
             if not isinstance(row.get("step"), (int, float)):

@@ -1,11 +1,11 @@
 """Run-by-run resume from committed run summaries, for experiments longer than one session.
 
-Each finished run's small files (summary.json, metrics.jsonl) are copied to
-`<results_dir>/runs/<arm>_s<seed>/`, and with `commit` they are committed (that folder only)
-right after the run ends. A rerun skips every run whose copy exists, on this machine or from a
-clean clone, so a killed experiment loses at most the run in progress. Each summary carries the
-fingerprint of the settings it ran under; a copy from other settings is an error rather than a
-silent skip (or a silent overwrite of committed results).
+Each finished run's small files (summary.json, metrics.jsonl, kept xz-compressed as
+metrics.jsonl.xz) are copied to `<results_dir>/runs/<arm>_s<seed>/`, and with `commit` they are
+committed (that folder only) right after the run ends. A rerun skips every run whose copy
+exists, on this machine or from a clean clone, so a killed experiment loses at most the run in
+progress. Each summary carries the fingerprint of the settings it ran under; a copy from other
+settings is an error rather than a silent skip (or a silent overwrite of committed results).
 """
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from typing import Callable, Sequence
 
 from coop_jax.config import base_config
 from coop_jax.console import config_fields
+from coop_jax.jsonl import keep_file
 from coop_jax.rl import default_clip_ratio_c
 
 log = logging.getLogger("coop_jax")
 
-KEPT_FILES = ("summary.json", "metrics.jsonl", "rollouts.json")
+KEPT_FILES = ("summary.json", "metrics.jsonl", "rollouts.json")  # metrics.jsonl kept as .xz
 # experiment fields that choose which runs to do, not how a run goes
 _SELECTION_FIELDS = ("methods", "seeds", "random_seeds", "results_dir", "headroom_max_accuracy",
                      "rebuild_inputs", "rollout_diagnostic")
@@ -187,8 +188,12 @@ def copy_files(src_dir: str, names: Sequence[str], dest: str, *, optional: bool 
 
 
 def keep(run_dir: str, dest: str, message: str | None) -> None:
-    """Copy the run's small files to `dest`, and commit them there when `message` is given."""
-    copy_files(run_dir, KEPT_FILES, dest, optional=True)
+    """Copy the run's small files to `dest` (`jsonl.keep_file`: metrics.jsonl xz-compressed),
+    and commit them there when `message` is given."""
+    os.makedirs(dest, exist_ok=True)
+    for name in KEPT_FILES:
+        if os.path.exists(os.path.join(run_dir, name)):
+            keep_file(os.path.join(run_dir, name), os.path.join(dest, name))
     if message is not None:
         git_commit(dest, message)
 

@@ -26,7 +26,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax.console import parse_flags, run_console
-from coop_jax.jsonl import read_jsonl
+from coop_jax.jsonl import exists, read_jsonl
 from coop_jax.projects.real_model.report import per_question, step_rows
 from coop_jax.stats import bootstrap_ci, interval_to_json, mean_ci
 
@@ -213,7 +213,7 @@ def analysis_main(argv: list[str], doc: str, study: str, write_fn) -> None:
                             f"the study's results folder (lane --study={study})", flag_values=fv)
 
     f = parse_flags(define, argv, doc)
-    if not os.path.exists(os.path.join(f.results, "base_eval", "samples.jsonl")):
+    if not exists(os.path.join(f.results, "base_eval", "samples.jsonl")):
         raise UsageError(f"--results: {f.results} holds no base_eval/samples.jsonl (run "
                          f"`python -m coop_jax.projects.real_model.lane --study={study}` first)")
     out = write_fn(f.results)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +38,7 @@ from coop_jax.projects.real_model import blind_spot, comparison
 from coop_jax.projects.real_model.report import write_report
 from coop_jax.projects.run_store import cpu_model
 from coop_jax.hf.sources import smollm2_gguf
-from coop_jax.jsonl import read_jsonl
+from coop_jax.jsonl import keep_file, read_jsonl
 
 CONFIG = "configs/smollm2_arithmetic.py"
 # The lane's cooper_s0 (an untrained RM start, kept as what that does): SmolLM2's first 4 layers
@@ -164,8 +163,8 @@ def base_eval(f: flags.FlagValues, label: str = "correct") -> str:
         work = os.path.join(f.workdir, "base_eval")
         _sh(_eval_cmd([f"--hf={smollm2_gguf()}"], f, work), work + ".log")
         os.makedirs(out, exist_ok=True)
-        for name in ("report.json", "samples.jsonl"):
-            shutil.copy(os.path.join(work, name), out)
+        for name in ("report.json", "samples.jsonl"):  # samples kept as samples.jsonl.xz
+            keep_file(os.path.join(work, name), os.path.join(out, name))
     triples = os.path.join(out, "heldout_triples.jsonl")
     if not os.path.exists(triples):
         samples = read_jsonl(os.path.join(out, "samples.jsonl"))
@@ -196,11 +195,11 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
                  *arm_overrides(f.study, arm), *f.override]
     train_s = _sh(_timed(train_cmd), work + ".train.log")
     eval_s = _sh(_eval_cmd([f"--checkpoint={work}"], f, work + "_eval"), work + ".eval.log")
-    for name_ in COPIED:
+    for name_ in COPIED:  # metrics.jsonl kept as metrics.jsonl.xz, eval_samples.jsonl likewise
         if os.path.exists(os.path.join(work, name_)):
-            shutil.copy(os.path.join(work, name_), out)
+            keep_file(os.path.join(work, name_), os.path.join(out, name_))
     for name_ in ("report.json", "samples.jsonl"):
-        shutil.copy(os.path.join(work + "_eval", name_), os.path.join(out, "eval_" + name_))
+        keep_file(os.path.join(work + "_eval", name_), os.path.join(out, "eval_" + name_))
     run = {"arm": arm, "seed": int(seed), "cpu": cpu_model(),
            "train_command": " ".join(train_cmd[2:]),
            "train_wall_s": train_s, "eval_wall_s": eval_s,

@@ -333,7 +333,7 @@ def test_runs_resume_from_kept_summaries_and_commit_each(tmp_path, monkeypatch):
     assert calls == runs
     assert dirs == [run_store.kept_dir(results, a, s) for a, s in runs]
     for d in dirs:
-        assert sorted(os.listdir(d)) == ["metrics.jsonl", "summary.json"]
+        assert sorted(os.listdir(d)) == ["metrics.jsonl.xz", "summary.json"]  # compressed
     log = _git(repo, "log", "--format=%s", "--name-only")
     assert log.count("reward hacking: run") == 2 and "other.txt" not in log
     assert "other.txt" in _git(repo, "diff", "--cached", "--name-only")
