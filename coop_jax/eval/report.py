@@ -225,8 +225,21 @@ def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
                        ", ".join(k for k, _ in curves), out_png)
         return []
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
+    save_png(fig, out_png)
     return plotted
+
+
+def save_png(fig, path: str, dpi: int = 110) -> None:
+    """`fig` as a 256-colour palette PNG, without dithering: for line plots no visible change,
+    and about 2.5 times fewer bytes than matplotlib's RGBA (the results travel with the tree)."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    image = Image.open(buf).convert("RGB")
+    image.quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        path, optimize=True)
 
 
 def write_report(run_dirs: list[str], out_dir: str, group_by: str = "method") -> dict:

@@ -269,7 +269,7 @@ def plot_kl_curves(curves: dict[str, dict], out_png: str) -> bool:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     os.makedirs(os.path.dirname(os.path.abspath(out_png)), exist_ok=True)
-    fig.savefig(out_png, dpi=110)
+    report_lib.save_png(fig, out_png)
     return True
 
 
@@ -441,7 +441,7 @@ def plot_rm_learning_curve(rm_dir: str, batch_size: int) -> list[dict]:
     ax.set_title("static RM on the fixed held-out triples", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(os.path.join(rm_dir, "rm_learning_curve.png"), dpi=110)
+    report_lib.save_png(fig, os.path.join(rm_dir, "rm_learning_curve.png"))
     return rows
 
 
