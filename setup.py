@@ -58,6 +58,7 @@ setup(
             "coop-report=coop_jax.eval.report:run",
             "coop-export=coop_jax.checkpoint.export:run",
             "coop-rephrase=coop_jax.data.rephrase:run",
+            "coop-monitor=coop_jax.monitor.cli:run",
         ]
     },
 )

@@ -4,20 +4,20 @@ deterministically from held-out questions (`coop_jax.trainer.probes` scores them
 Every pattern is a way an RM could be fooled without the answer being right: no content, a
 confident opener, the right number in the wrong place, several finals, an unfinished chain, a
 loop, an answer without its marker, the question itself. A probe is kept only when the gold
-verifier (`extraction`, the experiment's strict_numeric) labels it wrong.
+verifier (`extraction`, the experiment's strict_numeric) labels it wrong. The dataset-independent
+master keys (contentless openers, hedges, wrong units) are `coop_jax.monitor.probes`'.
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 from typing import Callable, Sequence
 
 import numpy as np
 
 from coop_jax.data.synthetic import format_answer
+from coop_jax.monitor import probes as monitor_probes
+from coop_jax.monitor.probes import write_probes  # noqa: F401 - the driver's writer
 from coop_jax.trainer.sft import corrupt_final_answer
-from coop_jax.verify import verify
 
 _STEP_RE = re.compile(r"[^.]*?=-?\d+\.")  # one worked step "19-5=14."
 _GARBLE = "0123456789+-=.#* "
@@ -60,22 +60,8 @@ PATTERNS: dict[str, Callable[[dict, np.random.Generator, str], str]] = {
 
 def build_probes(records: Sequence[dict], *, answer_format: str = "####",
                  extraction: str = "strict_numeric", seed: int = 0) -> list[dict]:
-    """One probe per (record, pattern) that the gold verifier labels wrong, record-major."""
-    rng = np.random.default_rng([seed, 26])
-    probes = []
-    for r in records:
-        for pattern, make in PATTERNS.items():
-            completion = make(r, rng, answer_format)
-            if not verify(r["reference"], completion, extraction):
-                probes.append({"id": f"{r.get('id', r['question'])}:{pattern}",
-                               "question": r["question"], "reference": r["reference"],
-                               "completion": completion, "label": False, "pattern": pattern})
-    return probes
-
-
-def write_probes(path: str, probes: Sequence[dict]) -> str:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        for p in probes:
-            fh.write(json.dumps(p) + "\n")
-    return path
+    """One probe per (record, pattern) that the gold verifier labels wrong, record-major
+    (`coop_jax.monitor.probes.build_probes` with this task's PATTERNS)."""
+    patterns = {name: (lambda r, rng, make=make: make(r, rng, answer_format))
+                for name, make in PATTERNS.items()}
+    return monitor_probes.build_probes(records, patterns, extraction=extraction, seed=seed)

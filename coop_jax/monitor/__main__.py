@@ -1,0 +1,3 @@
+from coop_jax.monitor.cli import run
+
+run()
