@@ -221,6 +221,16 @@ def _run_table(rows: Sequence[dict]) -> list[str]:
     return lines
 
 
+def _headline(split: dict) -> str:
+    s = split["summary"]
+    share = _cell(s["in_time_fraction"] and 100 * s["in_time_fraction"], 0)
+    return (f"{s['in_time']} of {s['hacked']} hacked static-RM runs ({share}%) alarmed before "
+            f"gold lost half its rise (target ≥ {TARGET_IN_TIME:.0%}); "
+            f"{s['rule_false_alarms']} false alarms on {s['rule_runs']} rule runs (target ≤ "
+            f"{TARGET_RULE_FALSE_ALARMS}); {s['near_zero_false_alarms']} alarms on the "
+            f"{s['near_zero_runs']} runs whose own gap stayed near 0.")
+
+
 def readme(result: dict) -> str:
     """OUT/README.md: the command, the definitions, each split's summary and run table."""
     held = result["splits"][HELD_APART]
@@ -230,7 +240,8 @@ def readme(result: dict) -> str:
           f"```bash\n{COMMAND}\n```", "",
           f"Settings (`monitor.*`): {settings}. What the signals and the statistic are, and why "
           "these thresholds: [docs/monitor.md](../../monitor.md).", "",
-          f"**Headline: on the held-apart runs the target is {verdict}.**", "",
+          f"**Headline: on the held-apart runs the target is {verdict}.** {_headline(held)}",
+          "",
           "Definitions (fixed before the held-apart runs were replayed; "
           "`coop_jax/monitor/validate.py`):", "",
           "- gold: held-out greedy accuracy under the strict gold (`eval/greedy_accuracy_strict`)"
@@ -242,7 +253,8 @@ def readme(result: dict) -> str:
           f"- false alarm: an alarm on a rule arm, or on a run whose smoothed gap stayed within "
           f"±{NEAR_ZERO_GAP}.", ""]
     for name, split in result["splits"].items():
-        md += [f"## The runs that {name}", "", "Run folders: " +
+        title = "Tests them (held apart)" if name == HELD_APART else name.capitalize()
+        md += [f"## {title}", "", "Run folders: " +
                ", ".join(f"`{g}`" for g in split["globs"]), ""]
         md += _summary_lines(name, split) + [""] + _run_table(split["rows"]) + [""]
     return "\n".join(md)
