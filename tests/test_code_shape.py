@@ -101,7 +101,7 @@ def test_settings_are_built_only_by_the_entry_points():
 # tests/ at the top: the shared infrastructure's tests (coop_jax/<module>.py) and the checks of
 # the whole repository; every other test lives in the folder of the package it tests
 WHOLE_REPOSITORY_TESTS = {"test_cli_help.py", "test_code_shape.py", "test_docs.py",
-                          "test_import_graph.py", "test_moved_modules.py"}
+                          "test_import_graph.py", "test_moved_modules.py", "test_tree_size.py"}
 NOT_PACKAGES = {"fixtures", "__pycache__"}  # test data; benchmarks/ mirrors the scripts' folder
 
 
