@@ -40,10 +40,11 @@ setup(
         # tensordict + omegaconf + codetiming are what verl's core_algos imports; verl itself (the
         # RL maths' reference, tests/rl/test_rl_verl_parity.py) is installed with --no-deps by
         # `make install-test`, without ray, vllm and the rest of its training stack.
+        # wandb: the metrics writer's Weights & Biases run, tested offline (no account, no network).
         "test": ["pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "math-verify>=0.7",
                  "gguf>=0.10", "accelerate>=1.0", "nbformat>=5.9", "nbclient>=0.10",
                  "ipykernel>=6.29", "tensordict==0.10.0", "omegaconf>=2.3",
-                 "codetiming>=1.4"],
+                 "codetiming>=1.4", "wandb>=0.17"],
         # benchmarks/vs_trl.py's other side: TRL's GRPOTrainer with a peft LoRA policy
         "bench": ["torch==2.13.0", "trl==1.16.0", "peft==0.21.2", "gguf>=0.10",
                   "accelerate>=1.0"],
