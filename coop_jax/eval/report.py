@@ -24,6 +24,8 @@ from absl.app import UsageError
 from coop_jax.stats import interval_to_json, mean_ci
 from coop_jax import jsonl
 from coop_jax.jsonl import read_json, read_jsonl
+from coop_jax.monitor import MonitorSettings, first_alarm, replay
+from coop_jax.monitor import panel as monitor_panel
 
 logger = logging.getLogger(__name__)
 
@@ -163,9 +165,10 @@ def _panel_axes(fig, n: int) -> list:
 
 def curves_figure(metrics_rows_by_run: dict[str, list[dict]],
                   groups: dict[str, str] | None = None,
-                  curves: tuple[tuple[str, str], ...] = CURVES) -> tuple[Any, list[str]]:
-    """The matplotlib Figure of :func:`plot_curves` and the metric keys it plots;
-    ``(None, [])`` when no run logged any of ``curves``."""
+                  curves: tuple[tuple[str, str], ...] = CURVES,
+                  monitor: MonitorSettings | None = None) -> tuple[Any, list[str]]:
+    """The matplotlib Figure of :func:`plot_curves` and the metric keys it plots (then
+    "monitor/<group>" for each monitor panel); ``(None, [])`` when it has no panel."""
     import matplotlib.lines
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # no pyplot: no global backend state
@@ -178,17 +181,23 @@ def curves_figure(metrics_rows_by_run: dict[str, list[dict]],
     present = [(k, t) for k, t in curves
                if any(math.isfinite(_number(r.get(k)))
                       for rows in metrics_rows_by_run.values() for r in rows)]
-    if not present:
-        return None, []
     members: dict[str, list[list[dict]]] = {}
     for run, rows in metrics_rows_by_run.items():
         members.setdefault(groups[run], []).append(rows)
+    watched = [g for g in sorted(members) if monitor is not None
+               and any(monitor_panel.has_panel(rows) for rows in members[g])]
+    if not present and not watched:
+        return None, []
     # one colour per group in every subplot, also where a group logged nothing
     colors = {label: f"C{j % 10}" for j, label in enumerate(sorted(members))}
-    rows = _row_lengths(len(present))
+    rows = _row_lengths(len(present) + len(watched))
     fig = Figure(figsize=(4.5 * rows[0], 3.2 * len(rows)), layout="constrained")
     FigureCanvasAgg(fig)
-    for i, (ax, (key, title)) in enumerate(zip(_panel_axes(fig, len(present)), present)):
+    axes = _panel_axes(fig, len(present) + len(watched))
+    for ax, label in zip(axes[len(present):], watched):
+        monitor_panel.draw_panel(ax, members[label], colors[label], f"monitor: {label}",
+                                 monitor)
+    for i, (ax, (key, title)) in enumerate(zip(axes, present)):
         for label in sorted(members):
             steps, mean, low, high = _curve(members[label], key)
             if not len(steps):
@@ -206,20 +215,22 @@ def curves_figure(metrics_rows_by_run: dict[str, list[dict]],
         if i == 0:
             handles = [matplotlib.lines.Line2D([], [], color=colors[g], label=g) for g in colors]
             ax.legend(handles=handles, fontsize=8)
-    return fig, [k for k, _ in present]
+    return fig, [k for k, _ in present] + [f"monitor/{g}" for g in watched]
 
 
 def plot_curves(metrics_rows_by_run: dict[str, list[dict]], out_png: str,
                 groups: dict[str, str] | None = None,
-                curves: tuple[tuple[str, str], ...] = CURVES) -> list[str]:
+                curves: tuple[tuple[str, str], ...] = CURVES,
+                monitor: MonitorSettings | None = None) -> list[str]:
     """One subplot per (key, title) of `curves` that any run logged (the title labels its y
     axis); one line per group (the mean over its runs, with a shaded 95% band where at least two
-    runs logged the step).
+    runs logged the step). With `monitor`, also the monitor panel (`coop_jax.monitor.panel`) of
+    each group whose runs an RM scored, with the alarms the monitor raises on replaying them.
 
     ``groups`` maps run name -> group label (default: every run is its own group). Returns the
     metric keys plotted; writes nothing when there are none.
     """
-    fig, plotted = curves_figure(metrics_rows_by_run, groups, curves)
+    fig, plotted = curves_figure(metrics_rows_by_run, groups, curves, monitor)
     if fig is None:
         logger.warning("no plottable metrics (%s); %s not written",
                        ", ".join(k for k, _ in curves), out_png)
@@ -255,7 +266,8 @@ def write_report(run_dirs: list[str], out_dir: str, group_by: str = "method") ->
     os.makedirs(out_dir, exist_ok=True)
     plotted = plot_curves({r["name"]: r["metrics"] for r in runs},
                           os.path.join(out_dir, "curves.png"),
-                          groups={r["name"]: group_name(r, group_by) for r in runs})
+                          groups={r["name"]: group_name(r, group_by) for r in runs},
+                          monitor=MonitorSettings())
     md = ["# coop_jax run report", "",
           f"{len(runs)} runs grouped by `{group_by}`. Accuracies in percent; ± is the half-width "
           "of a Student-t 95% interval over the runs of a group (none for a single run).", "",
@@ -265,10 +277,27 @@ def write_report(run_dirs: list[str], out_dir: str, group_by: str = "method") ->
                "Curves: mean over each group's runs, shaded 95% t interval where at least two "
                "runs logged the step.", ""]
     md += runs_section(runs, group_by)
+    alarms = monitor_alarms(runs)
+    if alarms:
+        md += ["", "## Monitor", "", "The reward-hacking monitor replayed over each run's "
+               "metrics (its default settings; docs/monitor.md): the first alarm.", "",
+               "| run | alarm step | signal |", "|---|---|---|"]
+        md += [f"| {name} | {a['step'] if a else '–'} | {a['signal'] if a else '–'} |"
+               for name, a in alarms.items()]
     result = {"group_by": group_by, "groups": groups, "curves": plotted,
-              "runs": [r["dir"] for r in runs]}
+              "runs": [r["dir"] for r in runs], "monitor_alarms": alarms}
     save_report(out_dir, md, result)
     return result
+
+
+def monitor_alarms(runs: list[dict]) -> dict[str, dict | None]:
+    """{run name: its first monitor alarm (`Alarm.to_json`) or None} of the runs an RM scored."""
+    out = {}
+    for r in runs:
+        if monitor_panel.has_panel(r["metrics"]):
+            alarm = first_alarm(replay(r["metrics"]))
+            out[r["name"]] = alarm and alarm.to_json()
+    return out
 
 
 def runs_section(runs: list[dict], group_by: str, header: str = "group",
