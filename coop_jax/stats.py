@@ -156,3 +156,21 @@ def interval_to_json(interval: dict) -> dict:
 def ci(values, statistic: Callable[[np.ndarray], float] | None = None) -> dict:
     """``bootstrap_ci`` with the reports' ``BOOTSTRAP`` setting, as JSON (NaN -> None)."""
     return interval_to_json(bootstrap_ci(values, statistic=statistic, **BOOTSTRAP))
+
+
+def finite_number(value) -> float:
+    """`value` as a float; NaN for anything but a number (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def values_by_step(rows_of_runs, key: str) -> dict[float, list[float]]:
+    """{step: the finite values of `key` the runs logged there} of runs' metric rows."""
+    by_step: dict[float, list[float]] = {}
+    for rows in rows_of_runs:
+        for row in rows:
+            v = finite_number(row.get(key))
+            if math.isfinite(v):
+                by_step.setdefault(float(row["step"]), []).append(v)
+    return by_step

@@ -21,7 +21,7 @@ import numpy as np
 from absl import flags
 from absl.app import UsageError
 
-from coop_jax.stats import interval_to_json, mean_ci
+from coop_jax.stats import interval_to_json, mean_ci, values_by_step
 from coop_jax import jsonl
 from coop_jax.jsonl import read_json, read_jsonl
 from coop_jax.monitor import MonitorSettings, first_alarm, replay
@@ -135,12 +135,7 @@ def markdown_table(groups: dict[str, dict], group_by: str = "method") -> str:
 
 def _curve(rows_of_runs: list[list[dict]], key: str):
     """Steps, mean, low, high (t interval where >= 2 runs logged the step) of one metric."""
-    by_step: dict[float, list[float]] = {}
-    for rows in rows_of_runs:
-        for row in rows:
-            v = _number(row.get(key))
-            if math.isfinite(v):
-                by_step.setdefault(float(row["step"]), []).append(v)
+    by_step = values_by_step(rows_of_runs, key)
     steps = sorted(by_step)
     stats = [mean_ci(by_step[s]) for s in steps]
     return (np.array(steps), np.array([s["mean"] for s in stats]),

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from coop_jax.monitor.detector import first_alarm, replay
 from coop_jax.monitor.settings import MonitorSettings
+from coop_jax.stats import finite_number, values_by_step
 
 # (metrics.jsonl key, legend label, line style, smoothed), all rates in [0, 1]; the per-step
 # ones as trailing means over SMOOTHING logged steps, the probes (scored every few steps) as they are
@@ -23,25 +24,14 @@ SMOOTHING = 10
 PANEL_KEYS = ("proxy_reward_mean", "rm_rule_agreement", "probe/rm_false_accept")
 
 
-def _number(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return math.nan
-    return float(value)
-
-
 def has_panel(rows: Sequence[dict]) -> bool:
     """Whether a run's rows have what the panel shows."""
-    return any(math.isfinite(_number(r.get(k))) for r in rows for k in PANEL_KEYS)
+    return any(math.isfinite(finite_number(r.get(k))) for r in rows for k in PANEL_KEYS)
 
 
 def mean_curve(runs: Sequence[Sequence[dict]], key: str) -> tuple[list[float], list[float]]:
     """(steps, mean over the runs that logged each step) of one metric."""
-    by_step: dict[float, list[float]] = {}
-    for rows in runs:
-        for r in rows:
-            v = _number(r.get(key))
-            if math.isfinite(v):
-                by_step.setdefault(float(r["step"]), []).append(v)
+    by_step = values_by_step(runs, key)
     steps = sorted(by_step)
     return steps, [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
