@@ -149,6 +149,12 @@ def base_config():
 
 
 @functools.lru_cache(None)
+def monitor_config():
+    from coop_jax.monitor.cli import replay_config
+    return replay_config()
+
+
+@functools.lru_cache(None)
 def rephrase_config():
     from coop_jax.data.rephrase import get_config
     return get_config()
@@ -378,6 +384,8 @@ def default_config_of(module: str) -> list[tuple[str, object]]:
     """The config a coop_jax program reads its overrides into when no --config is given."""
     if module == "coop_jax.data.rephrase":
         return [("coop-rephrase's config", rephrase_config())]
+    if module.startswith("coop_jax.monitor"):
+        return [("coop-monitor's config", monitor_config())]
     own = {"coop_jax.projects.reward_hacking": "configs/toy_hacking.py",
            "coop_jax.projects.real_model.lane": "configs/smollm2_arithmetic.py",
            "coop_jax.projects.real_model.verifyrm": "configs/smollm2_arithmetic.py"}.get(module)
@@ -398,7 +406,8 @@ class Checker:
 
     def fallback(self) -> list[tuple[str, object]]:
         return self.default + [(path, load_config(path)) for path in CONFIG_FILES] + [
-            ("coop-rephrase's config", rephrase_config())]
+            ("coop-rephrase's config", rephrase_config()),
+            ("coop-monitor's config", monitor_config())]
 
     # -- one snippet
     def snippet(self, s: Snippet) -> None:
