@@ -53,7 +53,7 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "coop-train=coop_jax.trainer.loop:run",
+            "coop-train=coop_jax.trainer.cli:run",
             "coop-train-rm=coop_jax.rm.train.cli:run",
             "coop-eval=coop_jax.eval.cli:run",
             "coop-report=coop_jax.eval.report:run",

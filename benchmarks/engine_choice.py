@@ -30,7 +30,7 @@ ENGINES = ("static", "continuous")
 def run_once(config: str, engine: str, steps: int, extra: list[str]) -> dict:
     """One coop-train run; the medians of its steps after the first."""
     with tempfile.TemporaryDirectory() as workdir:
-        cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config=configs/{config}.py",
+        cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config=configs/{config}.py",
                f"--workdir={workdir}", f"--config.train.steps={steps}", "--config.evals=",
                f"--config.rollout.engine={engine}", *extra]
         t0 = time.perf_counter()

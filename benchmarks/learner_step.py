@@ -61,7 +61,7 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
 
 def run_arm(arm: str, pair: int, a, base: str) -> dict:
     workdir = os.path.join(base, f"{arm}_{pair}")
-    cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={a.config}",
+    cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={a.config}",
            f"--workdir={workdir}",
            f"--config.train.steps={a.steps}"]
     cmd += [f"--config.{o}" for o in a.set + dict(a.arm)[arm]]

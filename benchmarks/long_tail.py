@@ -34,7 +34,7 @@ def story_prompts(n: int, tokenizer) -> list[str]:
     """The first `n` training story problems of the lane's config, as its chat prompts."""
     from coop_jax import data
     from coop_jax.config import load_config_file
-    from coop_jax.trainer.loop import load_records
+    from coop_jax.trainer.setup import load_records
     config = load_config_file(CONFIG)
     records = load_records(config).train[:n]
     return [data.format_prompt(config.data.prompt_template, r["question"], tokenizer=tokenizer,

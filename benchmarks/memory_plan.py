@@ -126,17 +126,17 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
                valid_vocab: int = VALID_VOCAB, scan: bool = False, micro_batches: int = 1):
     """(StepConfig, tx, rm_tx) exactly as the trainer builds them; `layers` (None or 0: the
     config's depths, each model its own) replaces the depth of both the policy and the RM."""
-    from coop_jax.trainer import loop as train  # the trainer's own builders (heavy imports: only here)
+    from coop_jax.trainer import setup  # the trainer's own builders (heavy imports: only here)
 
     def model(section, **kw):
         cfg = build_lib.model_config(section, **kw).replace(
             remat=remat, scan_layers=scan, lora=build_lib.lora_config(section))
         return cfg.replace(num_layers=layers) if layers else cfg
 
-    cfg = train.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
+    cfg = setup.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
                             valid_vocab)
     cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl, micro_batches=micro_batches)
-    return cfg, train.policy_optimizer(config), train.rm_optimizer(config)
+    return cfg, setup.policy_optimizer(config), setup.rm_optimizer(config)
 
 
 def _sds(x, sharding):

@@ -33,7 +33,7 @@ def warm_policy(tmp: pathlib.Path, env: dict) -> str:
     and negative strategies have positives to work on."""
     out = tmp / "warm_policy"
     if not (out / "config.json").exists():
-        subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop",
+        subprocess.run([sys.executable, "-m", "coop_jax.trainer.cli",
                         f"--config={REPO / 'configs' / 'default.py'}", f"--workdir={tmp / 'sft'}",
                         "--config.train.steps=1", "--config.eval.k=1",
                         "--config.data.num_eval=8"], env=env, check=True,
@@ -135,7 +135,7 @@ def main() -> None:
         runs = {}
         for layout in ("1x8", "2x4"):
             workdir = tmp / name.replace("/", "_").replace(" ", "_") / layout
-            command = [sys.executable, "-m", "coop_jax.trainer.loop",
+            command = [sys.executable, "-m", "coop_jax.trainer.cli",
                        f"--config={REPO / 'configs' / 'tiny_test.py'}", f"--workdir={workdir}",
                        f"--config.train.steps={args.steps}", *overrides]
             t0 = time.time()

@@ -69,7 +69,7 @@ def run_mode(name: str, overlap: bool, a, base: str) -> dict:
     workdir = os.path.join(base, name)
     if os.path.exists(os.path.join(workdir, "checkpoints")):
         sys.exit(f"--workdir: {workdir} already holds a run (coop-train would resume it)")
-    cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={a.config}",
+    cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={a.config}",
            f"--workdir={workdir}",
            f"--config.rollout.overlap={overlap}"]
     if a.steps:

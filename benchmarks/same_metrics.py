@@ -4,8 +4,9 @@ compares every non-timing value of the runs' metrics.jsonl, step by step.
     python benchmarks/same_metrics.py --before=/path/to/old/checkout --after=. \
         --workdir=/tmp/same_metrics [--cases=demo,cooper3,two_process] [--out=results.json]
 
-Each tree runs its own `coop-train` module (`--before_module`, `--after_module`: the package was
-regrouped by role, so the old tree's trainer is `coop_jax.train`). Cases:
+Each tree runs its own `coop-train` module (`--before_module`, `--after_module`: the command line
+moved from `coop_jax.trainer.loop` to `coop_jax.trainer.cli`, and a tree from before the package
+was regrouped by role runs `coop_jax.train`). Cases:
   demo         the README's `make demo` (configs/default.py, its embedded defaults)
   cooper3      3 Cooper steps on configs/default.py (perturbed negatives; each tree's own config
                names its RM: since the default starts Cooper from the reward-hacking plan's
@@ -93,8 +94,8 @@ def main(argv=None) -> dict:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", required=True, help="the old checkout (its repository root)")
     p.add_argument("--after", default=".", help="the new checkout")
-    p.add_argument("--before_module", default="coop_jax.train")
-    p.add_argument("--after_module", default="coop_jax.trainer.loop")
+    p.add_argument("--before_module", default="coop_jax.trainer.loop")
+    p.add_argument("--after_module", default="coop_jax.trainer.cli")
     p.add_argument("--workdir", default="/tmp/same_metrics")
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--out", default="", help="write the comparison here as JSON")

@@ -67,7 +67,7 @@ def _median_after(values: list[tuple[int, float]], skip: int) -> float:
 def run_coop(arm: str, overrides: list[str], pair: int, a, base: str) -> dict:
     from coop_jax.jsonl import read_jsonl
     workdir = os.path.join(base, f"{arm}_{pair}")
-    cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={a.config}",
+    cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={a.config}",
            f"--workdir={workdir}", f"--config.train.steps={a.steps}"]
     cmd += [f"--config.{o}" for o in (*COOP_SETTINGS, *overrides)]
     print(f"[{arm} {pair}] {' '.join(cmd[1:])}", flush=True)
@@ -100,7 +100,7 @@ def run_trl(pair: int, a, base: str) -> dict:
 def trl_prompts(config, steps: int) -> list[dict]:
     """The prompts coop_jax's pipeline gives its first `steps` steps, in order, as TRL rows."""
     from coop_jax import data
-    from coop_jax.trainer.loop import load_records
+    from coop_jax.trainer.setup import load_records
     pipeline = data.PromptPipeline(load_records(config).train,
                                    batch_size=config.rollout.prompts_per_step, seed=config.seed)
     records = [r for _ in range(steps) for r in pipeline.next_batch()]
@@ -119,7 +119,7 @@ def trl_worker(a) -> None:
 
     from coop_jax.config import load_config_file
     from coop_jax.hf.sources import local_folder
-    from coop_jax.trainer.loop import run_extraction_mode
+    from coop_jax.trainer.setup import run_extraction_mode
     from coop_jax.verify import verify
     torch.set_num_threads(a.threads)
     c = load_config_file(a.config)

@@ -212,6 +212,16 @@ def print_config(config: ml_collections.ConfigDict, schema: ml_collections.Confi
     print("\n".join(_columns(rows, 34, 16, 16)))
 
 
+def log_with_times() -> None:
+    """coop_jax's log lines with their times (a training run's log)."""
+    log = logging.getLogger("coop_jax")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
 # ---------------------------------------------------------------------- checks of user input
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:

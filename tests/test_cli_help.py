@@ -10,13 +10,13 @@ import pytest
 from coop_jax import config as config_lib
 from coop_jax import console
 from coop_jax.checkpoint import export
-from coop_jax.trainer import loop as train
+from coop_jax.trainer import cli
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
-from coop_jax.projects.real_model import verifyrm as real_verifyrm
+from coop_jax.projects.real_model import verifyrm
 from coop_jax.projects.reward_hacking import diagnostic_reruns
-from coop_jax.projects.reward_hacking import driver as reward_hacking
+from coop_jax.projects.reward_hacking import driver
 from coop_jax.rm.train import cli as rm_cli
 from conftest import REPO
 
@@ -25,7 +25,7 @@ DEFAULT = str(ROOT / "configs" / "default.py")
 HACKING = str(ROOT / "configs" / "toy_hacking.py")
 # command -> (its main(argv), flags its --help must list)
 COMMANDS = {
-    "coop-train": (train.main, ["--config=FILE", "--config.FIELD=VALUE", "--workdir",
+    "coop-train": (cli.main, ["--config=FILE", "--config.FIELD=VALUE", "--workdir",
                                 "--[no]print_config"]),
     "coop-train-rm": (rm_cli.main, ["--config=FILE", "--config.rm_train.mode",
                                     "--config.rm_train.triples", "--[no]print_config"]),
@@ -35,12 +35,12 @@ COMMANDS = {
     "coop-export": (export.main, ["--checkpoint", "--out", "--which", "--step"]),
     "coop-rephrase": (rephrase.main, ["--config.dataset", "--config.data_dir", "--config.url",
                                       "--config.hf_path", "--[no]print_config"]),
-    "coop_jax.projects.reward_hacking": (reward_hacking.cli, [
+    "coop_jax.projects.reward_hacking": (driver.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--[no]commit",
         "--[no]print_config"]),
     "coop_jax.projects.reward_hacking.diagnostic_reruns": (diagnostic_reruns.cli, [
         "--config=FILE", "--workdir", "--out", "--questions", "--[no]commit"]),
-    "coop_jax.projects.real_model.verifyrm": (real_verifyrm.cli, [
+    "coop_jax.projects.real_model.verifyrm": (verifyrm.cli, [
         "--config=FILE", "--config.FIELD=VALUE", "--workdir", "--results", "--[no]commit",
         "--min_accuracy", "--generator_steps"]),
 }
@@ -70,7 +70,7 @@ def test_help_describes_the_command_and_its_own_flags(prog, flag, capsys):
 
 
 def test_help_of_the_console_script():
-    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop", "--help"], env=_env(),
+    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.cli", "--help"], env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "--workdir" in proc.stdout and "usage:" in proc.stdout
 
@@ -89,7 +89,7 @@ def test_a_field_chosen_from_a_registry_lists_its_names():
 
 
 def test_print_config_shows_value_default_and_description(capsys):
-    assert train.main(["coop-train", f"--config={DEFAULT}", "--config.rollout.group_size=16",
+    assert cli.main(["coop-train", f"--config={DEFAULT}", "--config.rollout.group_size=16",
                        "--print_config"]) == {}
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert rows.keys() - {"field"} == {p for p, _ in console.config_fields(
@@ -114,8 +114,8 @@ def test_print_config_of_the_other_commands(prog, args, capsys):
 
 
 def test_print_config_starts_no_jax_backend():
-    code = ("from coop_jax.trainer import loop as train; from coop_jax.parallel import mesh; "
-            f"train.main(['coop-train', '--config={DEFAULT}', '--print_config']); "
+    code = ("from coop_jax.trainer import cli; from coop_jax.parallel import mesh; "
+            f"cli.main(['coop-train', '--config={DEFAULT}', '--print_config']); "
             "assert not mesh._backend_started()")
     proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
                           text=True, timeout=120)
@@ -193,7 +193,7 @@ def test_user_errors_are_one_line_with_status_2(prog, args, message, capsys, mon
 
 
 def test_the_console_script_prints_one_line():
-    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.loop", *TRAIN,
+    proc = subprocess.run([sys.executable, "-m", "coop_jax.trainer.cli", *TRAIN,
                            "--config.rl.clip_epss=0.2"], env=_env(), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -205,10 +205,10 @@ def test_other_errors_keep_their_traceback(monkeypatch, tmp_path):
     """Only known user-input errors become one line: a ValueError of the run itself raises."""
     def broken(config, workdir):
         raise ValueError("a bug")
-    monkeypatch.setattr(train, "train", broken)
-    monkeypatch.setattr(train, "log_with_times", lambda: None)
+    monkeypatch.setattr(cli, "train", broken)
+    monkeypatch.setattr(console, "log_with_times", lambda: None)
     with pytest.raises(ValueError, match="a bug"):
-        train.main(["coop-train", f"--config={DEFAULT}", f"--workdir={tmp_path}"])
+        cli.main(["coop-train", f"--config={DEFAULT}", f"--workdir={tmp_path}"])
 
 
 def test_help_into_a_closed_pipe_is_quiet():

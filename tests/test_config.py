@@ -3,7 +3,7 @@ impossible combinations are rejected with a message naming the field."""
 import pytest
 
 from coop_jax import config as config_lib
-from coop_jax.trainer.loop import validate_config
+from coop_jax.trainer.setup import validate_config
 
 
 def test_corewarding_1_with_dynamic_sampling_is_rejected():

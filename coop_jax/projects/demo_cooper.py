@@ -28,7 +28,7 @@ from coop_jax.console import parse_flags, run_console
 from coop_jax.metrics_writer import read_metrics
 from coop_jax.projects import run_store
 from coop_jax.projects.reward_hacking.analysis import paired_contrast, tail_mean
-from coop_jax.trainer import loop as train
+from coop_jax.trainer import loop
 
 CONFIG = "configs/default.py"
 RESULTS = "docs/results/demo_cooper"
@@ -59,7 +59,7 @@ def run_config(config, arm: str, seed: int):
 def runner(config, command: str) -> run_store.RunFn:
     def run(arm: str, seed: int, run_dir: str) -> dict:
         cpu = time.process_time()
-        summary = train.train(run_config(config, arm, seed), run_dir)
+        summary = loop.train(run_config(config, arm, seed), run_dir)
         return summary | {"arm": arm, "cpu_seconds": time.process_time() - cpu,
                           "cpu": run_store.cpu_model(), "command": command}
     return run

@@ -167,14 +167,14 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
     import jax
 
     from coop_jax import hf, parallel
-    from coop_jax.trainer import sft, loop as train
+    from coop_jax.trainer import setup, sft
     from coop_jax import config as config_lib
     from coop_jax.data import format_prompt
     from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer
     from coop_jax.sampling import generate_completions
 
     tokenizer = load_tokenizer()
-    sft_records = train.load_records(config).train
+    sft_records = setup.load_records(config).train
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
     prompts = [format_prompt(config.data.prompt_template, r["question"], tokenizer=tokenizer)
@@ -189,7 +189,7 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
         c = config.copy_and_resolve_references()
         c.seed = spec["seed"]
         c.sft.update(**overrides)
-        cfg, params = train.build_model(c.model, tokenizer, mesh, jax.random.key(c.seed))
+        cfg, params = setup.build_model(c.model, tokenizer, mesh, jax.random.key(c.seed))
         params, _ = sft.warm_start_with(sft.SFTSettings.from_config(c), params, cfg, tokenizer,
                                      sft_records)
         where = os.path.join(out_dir, f"sft_generator_{len(out)}")

@@ -1,6 +1,5 @@
-"""coop-train: GRPO-family RL with rule, RM (static / Cooper / hybrid) and label-free rewards.
-
-    coop-train --config=configs/default.py --workdir=DIR [--config.rollout.group_size=16 ...]
+"""The training loop of coop-train: `Trainer` builds a run from the config (`trainer.setup`) and
+`Trainer.run` is its loop; `train(config, workdir)` runs one.
 
 One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), as `Trainer.run` reads:
   before_step   the reward source's per-step hook (Co-rewarding-II: EMA teacher update)
@@ -11,7 +10,7 @@ One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), as `Trainer.run` reads:
   log / checkpoint
 With `rollout.overlap` (one-step off-policy, `rollouts.RolloutFeed`), the rollouts of step t+1 are
 sampled by the parameters update t starts from, and their host half runs in a thread while the
-device updates. Resumes from the newest checkpoint in DIR; SIGTERM saves and exits.
+device updates. Resumes from the newest checkpoint of the workdir; SIGTERM saves and exits.
 """
 from __future__ import annotations
 
@@ -20,227 +19,39 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
-import math
 import os
 import signal
 import time
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
-from absl.app import UsageError
 
-from coop_jax import checkpoint, console, data, parallel, rl, sampling
+from coop_jax import checkpoint, data, parallel, sampling
 from coop_jax.trainer import cooper, rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
 from coop_jax.data.answer_forms import answer_marker, format_probes
-from coop_jax.data.sources import check_data_files
-from coop_jax.hf.build import load_model, with_lora
-from coop_jax.hf.sources import check_model_path
+from coop_jax.hf.build import with_lora
 from coop_jax.eval.evaluate import strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, read_metrics
 from coop_jax.models import lora
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
-from coop_jax.optim import make_optimizer
 from coop_jax.rm.load import RMSource, load_reward_model
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
                                        RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
                                        rm_label_metrics)
 from coop_jax.trainer.batch import StepOutputs, TrainBatch, share_rm_prefix, trim_padding
-from coop_jax.trainer.step import (StepConfig, TrainState, init_state, jit_step,
-                                   place_state, state_shardings)
+from coop_jax.trainer.setup import (build_model, extraction_roles, load_records,
+                                    make_verifiers, policy_optimizer, rm_optimizer, rule_header,
+                                    headline_name, step_config, tokenizer_path, validate_config)
+from coop_jax.trainer.step import StepConfig, TrainState, init_state, jit_step, place_state, \
+    state_shardings
 from coop_jax.verify import RuleVerifier
 
 log = logging.getLogger("coop_jax")
-
-
-# ---------------------------------------------------------------------- the run's configuration
-def check_multi_process(config, num_processes: int) -> None:
-    """One line naming the setting that cannot run on `num_processes` hosts."""
-    if num_processes == 1:
-        return
-    if config.rollout.prompts_per_step % num_processes:
-        raise ValueError(f"rollout.prompts_per_step ({config.rollout.prompts_per_step}) must be "
-                         f"a multiple of the number of processes ({num_processes})")
-    if config.rl.dynamic_sampling:
-        raise ValueError("rl.dynamic_sampling runs on one process only: hosts would draw "
-                         "different numbers of refills (set rl.dynamic_sampling=False)")
-    if (config.rollout.overlap and config.cooper.negative == "rewrite"
-            and config.cooper.assistant_hf_path and not config.cooper.assistant_url):
-        raise ValueError("rollout.overlap with a local rewrite assistant (cooper.assistant_hf_path)"
-                         " runs on one process only: the sharded assistant's calls are collectives"
-                         ", which the rollout thread cannot make (use cooper.assistant_url or "
-                         "rollout.overlap=False)")
-    if config.sft.steps and config.sft.batch_size % num_processes:
-        raise ValueError(f"sft.batch_size ({config.sft.batch_size}) must be a multiple of the "
-                         f"number of processes ({num_processes})")
-
-
-def validate_config(config, device_count: int | None = None, num_processes: int = 1) -> None:
-    """Raise ValueError naming the first field a run cannot work with: the schema's checks, the
-    reward type's, the negative strategy's, the evaluators' and the multi-process ones."""
-    config_lib.validate(config, device_count)
-    rewards.validate_config(config)
-    cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
-    evaluators.validate(config.evals)
-    check_lora(config)
-    check_multi_process(config, num_processes)
-
-
-def check_lora(config) -> None:
-    """One line naming a LoRA setting (`model.lora`, `reward_model.lora`) the run cannot use."""
-    source = rewards.reward_source(config.reward.type)
-    if config.model.lora.rank and source.needs_teacher:
-        raise ValueError(f"config.model.lora.rank must be 0 with reward.type="
-                         f"{config.reward.type!r}: its EMA teacher averages the full policy's "
-                         "parameters, not adapters")
-    if config.reward_model.lora.rank and not source.trains_rm:
-        raise ValueError(f"config.reward_model.lora.rank must be 0 with reward.type="
-                         f"{config.reward.type!r}, which does not train the RM (LoRA on the RM "
-                         f"is for {list(rewards.REWARD_SOURCES.where(lambda s: s.trains_rm))})")
-
-
-class Records(NamedTuple):
-    train: list[dict]
-    heldout: list[dict]
-    skipped: int  # rows dropped for an empty question or reference
-
-
-def _valid_record(r: dict) -> bool:
-    return all(isinstance(r.get(k), str) and r[k].strip() for k in ("question", "reference"))
-
-
-def load_records(config) -> Records:
-    """Train and held-out records; invalid rows (empty question / reference) dropped, counted."""
-    d = config.data
-    synthetic = None
-    if d.dataset == "synthetic":
-        synthetic = data.SyntheticConfig(**d.synthetic.to_dict())
-    kw = dict(data_dir=d.data_dir or None, seed=config.seed, synthetic=synthetic)
-    train = data.load_split(d.dataset, d.train_split, num_examples=(
-        d.synthetic_train_size if d.dataset == "synthetic" else (d.num_train or None)), **kw)
-    held_out = data.load_split(d.dataset, d.eval_split, num_examples=d.num_eval or None, **kw)
-    valid_train = [r for r in train if _valid_record(r)]
-    valid_eval = [r for r in held_out if _valid_record(r)]
-    skipped = len(train) - len(valid_train) + len(held_out) - len(valid_eval)
-    if skipped:
-        log.warning("skipped %d records with an empty question or reference", skipped)
-    if not valid_train:
-        raise ValueError("no valid training records")
-    return Records(valid_train, valid_eval, skipped)
-
-
-def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
-    """(ModelConfig, params) of a model section (see `coop_jax.hf.build.load_model`)."""
-    field = "reward_model" if num_labels else "model"
-    return load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)[:2]
-
-
-def _tokenizer_path(config) -> str:
-    return config.model.tokenizer or config.model.hf_path or ""
-
-
-def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
-    """The compiled step's static configuration: the step's own fields, and the options each
-    part declared (the loss's `rl` section, the device reward's and the advantage estimator's
-    parameters, the reward source's RM update and views)."""
-    c, source = config, rewards.reward_source(config.reward.type)
-    # Dr.GRPO's constant is the configured response length, not the batch's (cut by pad_buckets)
-    loss = dataclasses.replace(rl.LossConfig.from_config(c.rl),
-                               agg_max_len=c.rollout.max_new_tokens)
-    return StepConfig(
-        policy=policy_cfg, loss=loss, group_size=c.rollout.group_size,
-        advantage=c.rl.advantage, advantage_options=rl.ADVANTAGES.options(c.rl.advantage, c),
-        temperature=c.rollout.temperature, ppo_epochs=c.rl.ppo_epochs,
-        num_minibatches=c.rl.num_minibatches, micro_batches=c.rl.micro_batches,
-        kl_in_reward=c.rl.kl_in_reward, kl_coef_in_reward=c.rl.kl_coef,
-        kl_controller=c.rl.kl_controller, kl_target=c.rl.kl_target,
-        kl_horizon=float(c.rl.kl_horizon),
-        kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
-        log_kl_to_start=c.rl.log_kl_to_start,
-        device_reward=source.device, reward_options=source.device.options_from_config(c),
-        rm=rm_cfg, rm_update=source.rm_update_from_config(c), kernel_impl=c.kernels.impl,
-        valid_vocab=valid_vocab, num_views=source.num_views,
-        reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
-
-
-def policy_optimizer(config):
-    o = config.optim
-    return make_optimizer(o.learning_rate, warmup_steps=o.warmup_steps,
-                          total_steps=config.train.steps, schedule=o.schedule,
-                          weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
-                          grad_clip=o.grad_clip)
-
-
-def rm_optimizer(config):
-    """Cooper's RM AdamW: linear warm-up over `warmup_ratio` of the run, then constant."""
-    c, steps = config.cooper, config.train.steps
-    return make_optimizer(c.learning_rate, warmup_steps=math.ceil(c.warmup_ratio * steps),
-                          total_steps=steps, weight_decay=c.weight_decay, grad_clip=c.grad_clip)
-
-
-# ---------------------------------------------------------------------- evaluation
-def headline_name(config) -> str:
-    """The headline metric in words, e.g. "avg@8 (T=0.7, top-p 0.95)" or "greedy"."""
-    e = config.eval
-    if e.headline == "greedy":
-        return "greedy"
-    return f"avg@{e.k} (T={e.temperature:g}, top-p {e.top_p:g})"
-
-
-def run_extraction_mode(config) -> str:
-    """The run's answer extraction (`rewards.extraction_mode` of its verifier, reward, data)."""
-    return rewards.extraction_mode(config.verifier.extraction, config.reward.type,
-                                   config.data.dataset)
-
-
-def extraction_roles(c) -> dict[str, str]:
-    """The extraction mode of each rule the run uses: the rewards' ("reward",
-    `run_extraction_mode`), the labels of Cooper's pairs ("pairs", `cooper.pair_labels`), the gold
-    of the RM's on-policy diagnostics ("gold", `verifier.gold`); "auto" is the rewards'."""
-    reward = run_extraction_mode(c)
-    resolve = lambda mode: reward if mode == config_lib.AUTO_EXTRACTION else mode
-    return {"reward": reward, "pairs": resolve(c.cooper.pair_labels),
-            "gold": resolve(c.verifier.gold)}
-
-
-def make_verifiers(c, stack: contextlib.ExitStack) -> dict[str, RuleVerifier]:
-    """A verifier per role of `extraction_roles`, and the evaluation's ("eval"), one per distinct
-    mode. Rewards match answers as `rewards.extraction_mode` says (the reference's mode for the
-    reward type by default); held-out accuracy stays lenient so that runs of different reward
-    types compare (the references' stricter scores are logged beside it: `strict_verifiers`)."""
-    by_mode: dict[str, RuleVerifier] = {}
-
-    def verifier(mode: str) -> RuleVerifier:
-        if mode not in by_mode:
-            by_mode[mode] = stack.enter_context(RuleVerifier(
-                c.verifier.num_workers, c.verifier.timeout_s, extraction=mode))
-        return by_mode[mode]
-
-    roles = {role: verifier(mode) for role, mode in extraction_roles(c).items()}
-    return roles | {"eval": verifier("lenient")}
-
-
-def rule_header(c, trains_rm: bool, has_rm: bool) -> list[str]:
-    """The run header's lines on its rules: which extraction labels the rewards, Cooper's pairs
-    and the RM's diagnostics, and one line when the pairs' labeller is not the gold."""
-    roles = extraction_roles(c)
-    lines = [f"rule labels: {roles['reward']} (verifier.extraction={c.verifier.extraction})"]
-    if trains_rm:
-        lines.append(f"Cooper's pair labels: {roles['pairs']} "
-                     f"(cooper.pair_labels={c.cooper.pair_labels})")
-    if has_rm:
-        lines.append(f"RM diagnostics against the gold: {roles['gold']} "
-                     f"(verifier.gold={c.verifier.gold})")
-    if trains_rm and roles["pairs"] != roles["gold"]:
-        lines.append(f"NOTE: Cooper's pairs are labelled {roles['pairs']} but the run is "
-                     f"measured against {roles['gold']}: the RM is not taught what the gold "
-                     "rejects")
-    return lines
 
 
 # ---------------------------------------------------------------------- the compiled step
@@ -327,7 +138,7 @@ class Trainer:
         self.mesh = parallel.make_mesh(
             config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
         source = rewards.reward_source(config.reward.type)
-        tokenizer = prepare_tokenizer(load_tokenizer(_tokenizer_path(config) or None))
+        tokenizer = prepare_tokenizer(load_tokenizer(tokenizer_path(config) or None))
         self.records = load_records(config)
         if source.num_views > 1:  # the second view must exist on every record
             data.sources.check_rephrased(self.records.train, config.data.dataset,
@@ -472,7 +283,7 @@ class Trainer:
 
     def meta(self, step: int, extra: dict) -> dict:
         meta = {"step": step, "config": self.config.to_dict(),
-                "tokenizer": _tokenizer_path(self.config),
+                "tokenizer": tokenizer_path(self.config),
                 "policy_model_config": checkpoint.model_config_to_dict(self.policy_cfg)}
         if self.rm is not None:  # the RM's own tokenizer, for whoever loads it from here
             meta.update(rm_model_config=checkpoint.model_config_to_dict(self.rm.config),
@@ -644,76 +455,3 @@ class Trainer:
 
 def train(config, workdir: str) -> dict:
     return Trainer(config, workdir).run()
-
-
-# ---------------------------------------------------------------------- the console script
-def define_flags(fv, argv: list[str]) -> None:
-    from absl import flags
-    from ml_collections import config_flags
-
-    config_flags.DEFINE_config_file(
-        "config", None, "config file with a get_config() (configs/*.py); FILE:ARG passes ARG",
-        lock_config=True, flag_values=fv, sys_argv=argv)
-    flags.DEFINE_string("workdir", None, "run folder: checkpoints/, metrics.jsonl, summary.json; "
-                        "a rerun resumes from its newest checkpoint", flag_values=fv)
-    console.define_print_config(fv)
-
-
-def check_paths(config) -> None:
-    """UsageError naming the first data or model path of the run that does not exist (before
-    JAX starts or anything loads); `config` is valid."""
-    d, source = config.data, rewards.reward_source(config.reward.type)
-    check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
-        "config.data.train_split": d.train_split, "config.data.eval_split": d.eval_split})
-    check_model_path("config.model.hf_path", config.model.hf_path)
-    check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
-    if source.needs_rm:
-        console.check_folder("config.cooper.rm_checkpoint", config.cooper.rm_checkpoint)
-        if not config.cooper.rm_checkpoint:
-            check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
-        console.check_file("config.cooper.heldout_triples", config.cooper.heldout_triples)
-    if source.trains_rm and config.cooper.negative == "rewrite":
-        check_model_path("config.cooper.assistant_hf_path",
-                                 config.cooper.assistant_hf_path)
-
-
-def log_with_times() -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-
-
-def main(argv: list[str]) -> dict:
-    """Parse `argv` (argv[0] is the program name), check the config and its paths before JAX
-    starts, train, print and return the summary (`--print_config`: print the config, return {})."""
-    fv = console.parse_flags(define_flags, argv, __doc__)
-    config = fv.config
-    if fv.print_config:
-        console.print_config(config or config_lib.base_config(), config_lib.base_config(),
-                             config_lib.field_doc)
-        return {}
-    if config is None or not fv.workdir:
-        raise UsageError("--config (a config file, e.g. configs/default.py) and --workdir are "
-                         "required")
-    with console.usage_errors():
-        validate_config(config)
-    check_paths(config)
-    log_with_times()
-    parallel.maybe_initialize_distributed(config.mesh)
-    with console.usage_errors():  # the mesh's and the hosts' checks
-        validate_config(config, jax.device_count(), jax.process_count())
-    summary = train(config, fv.workdir)
-    if jax.process_index() == 0:
-        print(json.dumps(summary, indent=2))
-    return summary
-
-
-def run() -> None:
-    """Console entry point (`coop-train`)."""
-    console.run_console(main, "coop-train")
-
-
-if __name__ == "__main__":
-    run()

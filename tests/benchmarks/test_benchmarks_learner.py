@@ -38,7 +38,7 @@ def test_a_pair_compares_every_arm_with_the_first():
 def test_trl_reads_the_prompts_of_coop_jax_steps_in_order():
     vs_trl = repo_module("benchmarks/vs_trl.py", "vs_trl")
     from coop_jax import data
-    from coop_jax.trainer.loop import load_records
+    from coop_jax.trainer.setup import load_records
     config = repo_config("smollm2_arithmetic")
     rows = vs_trl.trl_prompts(config, steps=3)
     pipeline = data.PromptPipeline(load_records(config).train, batch_size=4, seed=config.seed)

@@ -15,7 +15,7 @@ from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
 from coop_jax import data
-from coop_jax.trainer import loop as train
+from coop_jax.trainer import loop
 from coop_jax.data import rephrase
 
 ROOT = str(REPO)
@@ -245,7 +245,7 @@ def _tiny_gsm8k_config(data_dir):
 def test_corewarding_1_trains_on_rephrased_gsm8k_and_refuses_without_it(tmp_path, monkeypatch):
     plain = _write_gsm8k(tmp_path / "plain")
     with pytest.raises(ValueError, match="'rephrased'.*6 of 6 records of dataset 'gsm8k'"):
-        train.train(_tiny_gsm8k_config(plain), str(tmp_path / "refused"))
+        loop.train(_tiny_gsm8k_config(plain), str(tmp_path / "refused"))
     views = _write_gsm8k(tmp_path / "views",
                          rephrased=lambda i, q: "In other words: " + q.replace("How", "how"))
     prompted = []
@@ -253,7 +253,7 @@ def test_corewarding_1_trains_on_rephrased_gsm8k_and_refuses_without_it(tmp_path
     monkeypatch.setattr(data, "format_prompt",
                         lambda template, q, **kw: prompted.append(q) or format_prompt(template, q,
                                                                                       **kw))
-    summary = train.train(_tiny_gsm8k_config(views), str(tmp_path / "run"))
+    summary = loop.train(_tiny_gsm8k_config(views), str(tmp_path / "run"))
     # Both views were sampled: the rollouts of the second one start from the rephrased question.
     assert any(q.startswith("In other words: ") for q in prompted)
     assert any(q in QUESTIONS for q in prompted)

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax.rm import train as rm_train
+from coop_jax.rm.train import input_format
 from coop_jax.config import base_config, validate
 from coop_jax.data import format_prompt
 from coop_jax.hf.tokenizer import load_tokenizer
@@ -43,11 +43,11 @@ def test_the_character_cut_applies_unless_switched_off():
 
 def test_coop_train_rm_template_and_the_toy_experiment_pin():
     c = base_config()
-    assert rm_train.input_format(c).template == "synthetic"  # data.prompt_template
+    assert input_format(c).template == "synthetic"  # data.prompt_template
     c.rm_train.dataset = "gsm8k"
-    assert rm_train.input_format(c).template == "gsm8k"  # the dataset's template
+    assert input_format(c).template == "gsm8k"  # the dataset's template
     c.rm_train.update(template="boxed", max_len=77)
-    assert (rm_train.input_format(c).template, rm_train.input_format(c).max_len) == ("boxed", 77)
+    assert (input_format(c).template, input_format(c).max_len) == ("boxed", 77)
     # the reward-hacking runs were made with raw questions and must stay reproducible
     assert repo_config("toy_hacking").reward_model.question_format == "question"
 

@@ -13,7 +13,9 @@ from fake_openai import FakeOpenAI
 
 from coop_jax import config as config_lib
 from coop_jax import data, optim
-from coop_jax.rm import train as rm_train
+from coop_jax.rm.train import (JUDGE_SYSTEM_PROMPT, RMState, cli, drop_overlong, http_judge,
+                               input_format, label_triples, load_rm, parse_judge_verdict,
+                               rm_optimizer, split_triples, train_reward_model)
 from coop_jax.rm.input import TRIPLE_KEYS, write_triples
 from coop_jax.rm.train import loop
 from coop_jax.verify import RuleVerifier
@@ -50,16 +52,16 @@ def synthetic_groups(n: int, seed: int = 0):
 def test_split_triples_by_question():
     triples = [{"question": f"q{i % 10}", "reference": "1", "completion": str(i), "label": i % 2}
                for i in range(40)]
-    train, held = rm_train.split_triples(triples, 0.3, seed=1)
+    train, held = split_triples(triples, 0.3, seed=1)
     assert len(train) + len(held) == 40
     assert len({t["question"] for t in held}) == 3
     assert not {t["question"] for t in held} & {t["question"] for t in train}
-    assert rm_train.split_triples(triples, 0.3, seed=1) == (train, held)
-    assert rm_train.split_triples(triples, 0.0, seed=1) == (triples, [])
+    assert split_triples(triples, 0.3, seed=1) == (train, held)
+    assert split_triples(triples, 0.0, seed=1) == (triples, [])
     with pytest.raises(ValueError, match="heldout_fraction"):
-        rm_train.split_triples(triples, 1.0)
+        split_triples(triples, 1.0)
     with pytest.raises(ValueError, match="no training question"):
-        rm_train.split_triples(triples[:1], 0.5)
+        split_triples(triples[:1], 0.5)
 
 
 @pytest.mark.parametrize("reply,verdict", [
@@ -70,7 +72,7 @@ def test_split_triples_by_question():
     ("", None), (None, None), ("I cannot tell", None), ("incorrectly formatted but right", None),
 ])
 def test_parse_judge_verdict(reply, verdict):
-    assert rm_train.parse_judge_verdict(reply) is verdict
+    assert parse_judge_verdict(reply) is verdict
 
 
 def test_label_triples_rule_labels_and_judge_intersection(verifier):
@@ -92,20 +94,20 @@ def test_label_triples_rule_labels_and_judge_intersection(verifier):
         return 200, "incorrect" if "#### 1" in completion and completion[-2:].isdigit() \
             else "The candidate is correct."
 
-    triples, stats = rm_train.label_triples(records, groups, verifier)
+    triples, stats = label_triples(records, groups, verifier)
     assert stats["duplicates"] == 1 and stats["empty"] == 1 and stats["completions"] == 14
     assert [t["label"] for t in triples] == [True, False] * 6
     assert all(set(t) == set(TRIPLE_KEYS) for t in triples)
 
     with FakeOpenAI(reply) as server:
-        judge = rm_train.http_judge(server.url, "judge-x", max_tokens=64, timeout_s=10,
+        judge = http_judge(server.url, "judge-x", max_tokens=64, timeout_s=10,
                                     concurrency=3)
-        judged, jstats = rm_train.label_triples(records, groups, verifier, judge=judge)
+        judged, jstats = label_triples(records, groups, verifier, judge=judge)
     assert len(server.requests) == 12
     path, body = server.requests[0]
     assert path == "/v1/chat/completions" and body["model"] == "judge-x"
     assert body["temperature"] == 0.0 and body["max_tokens"] == 64
-    assert body["messages"][0] == {"role": "system", "content": rm_train.JUDGE_SYSTEM_PROMPT}
+    assert body["messages"][0] == {"role": "system", "content": JUDGE_SYSTEM_PROMPT}
     user = body["messages"][1]["content"]
     assert "Reference answer:" in user and "Candidate solution:" in user
     assert jstats["judge/no_verdict"] == 2 and jstats["judge/disagree"] == 1
@@ -126,7 +128,7 @@ def _save_policy(path):
 def test_build_triples_cli_from_a_tiny_policy(tmp_path, capsys):
     _save_policy(tmp_path / "policy")
     out, held = tmp_path / "triples.jsonl", tmp_path / "held.jsonl"
-    stats = rm_train.main(["coop-train-rm", R + "mode=build_triples",
+    stats = cli.main(["coop-train-rm", R + "mode=build_triples",
                            R + f"policy_checkpoint={tmp_path / 'policy'}", R + "dataset=synthetic",
                            R + "num_examples=6", R + "samples_per_question=2",
                            "--config.eval.batch_size=6", "--config.verifier.num_workers=1",
@@ -151,11 +153,11 @@ def trained(tmp_path_factory, verifier):
     """A tiny RM trained through the CLI on rule-labelled synthetic triples."""
     tmp = tmp_path_factory.mktemp("rm")
     records, groups = synthetic_groups(120)
-    triples, _ = rm_train.label_triples(records, groups, verifier)
-    train, held = rm_train.split_triples(triples, 0.2, seed=0)
+    triples, _ = label_triples(records, groups, verifier)
+    train, held = split_triples(triples, 0.2, seed=0)
     write_triples(str(tmp / "train.jsonl"), train)
     write_triples(str(tmp / "held.jsonl"), held)
-    summary = rm_train.main(
+    summary = cli.main(
         ["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
          R + f"heldout={tmp / 'held.jsonl'}", R + f"workdir={tmp / 'work'}", R + f"epochs={EPOCHS}",
          R + "learning_rate=3e-3", R + "schedule=constant", R + "batch_size=16",
@@ -238,27 +240,27 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
 ])
 def test_coop_train_rm_flag_errors(args, message):
     with pytest.raises(UsageError, match=message):
-        rm_train.main(["coop-train-rm", *args])
+        cli.main(["coop-train-rm", *args])
 
 
 def test_train_errors_name_the_field(tmp_path, trained):
     tmp, _, _ = trained
     with pytest.raises(UsageError, match=r"config.rm_train.batch_size \(12\) must be a multiple"):
-        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+        cli.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
                        R + f"workdir={tmp_path / 'w'}", R + "batch_size=12", *RM_FLAGS])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"question": "q", "reference": "1", "completion": "c"}) + "\n")
     with pytest.raises(UsageError, match=r"triples\[0\] has no 'label'"):
-        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
+        cli.main(["coop-train-rm", R + "mode=train", R + f"triples={bad}",
                        R + f"workdir={tmp_path / 'w'}"])
     # a rerun on a workdir resumes the run there, so it must have the same settings
     with pytest.raises(UsageError, match=r"holds an RM training with epochs=10, this run has 3"):
-        rm_train.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
+        cli.main(["coop-train-rm", R + "mode=train", R + f"triples={tmp / 'train.jsonl'}",
                        R + f"workdir={tmp / 'work'}", *RM_FLAGS])
     with pytest.raises(UsageError, match="config.rm_train.checkpoint_every must be >= 0"):
-        rm_train.main(["coop-train-rm", R + "mode=train", R + "checkpoint_every=-1"])
+        cli.main(["coop-train-rm", R + "mode=train", R + "checkpoint_every=-1"])
     with pytest.raises(UsageError, match="config.rm_train.learning_rate must be > 0"):
-        rm_train.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])
+        cli.main(["coop-train-rm", R + "mode=train", R + "learning_rate=0"])
 
 
 def _tiny_rm(seed: int = 0):
@@ -270,7 +272,7 @@ def _tiny_rm(seed: int = 0):
     section = config_lib.model_section(vocab_size=128, hidden_size=32, intermediate_size=64,
                                        num_layers=1, num_heads=2, num_kv_heads=1)
     mesh = parallel.make_mesh((8, 1, 1))
-    cfg, params, *_ = rm_train.load_rm(section, mesh, seed=seed)
+    cfg, params, *_ = load_rm(section, mesh, seed=seed)
     return cfg, jax.device_get(params), mesh  # the step donates its state
 
 
@@ -281,7 +283,7 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
     cfg, params, mesh = _tiny_rm()
     opts = config_lib.rm_train_section()
     opts.update(learning_rate=1e-2, weight_decay=0.01, grad_clip=1.0, schedule="linear")
-    tx = rm_train.rm_optimizer(opts, total_steps=4)
+    tx = rm_optimizer(opts, total_steps=4)
     rng = np.random.default_rng(0)
     mask = np.arange(20)[None] < rng.integers(5, 21, size=(16, 1))
     host = {"tokens": rng.integers(0, 100, size=(16, 20)).astype(np.int32), "mask": mask,
@@ -289,7 +291,7 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
             "weight": np.r_[np.ones(13), np.zeros(3)].astype(np.float32)}
     results = []
     for micro in (1, 2, 4):
-        state = place_state(rm_train.RMState(np.asarray(0, np.int32), params, tx.init(params)),
+        state = place_state(RMState(np.asarray(0, np.int32), params, tx.init(params)),
                             mesh)
         shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
         step_fn, batch_sh = loop._make_step(cfg, tx, mesh, shardings, micro)
@@ -324,7 +326,7 @@ def test_weight_decay_mask_spares_biases_and_norm_weights():
     zeros = jax.tree_util.tree_map(np.zeros_like, params)
     for mask, spared_value in (("no_bias_norm", 2.0), ("all", 1.9)):
         opts.weight_decay_mask = mask
-        tx = rm_train.rm_optimizer(opts, total_steps=10)
+        tx = rm_optimizer(opts, total_steps=10)
         updates, _ = tx.update(zeros, tx.init(params), params)
         new = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
         for path, leaf in jax.tree_util.tree_flatten_with_path(new)[0]:
@@ -354,13 +356,13 @@ def test_linear_schedule_and_overlong_triples():
         "linear", "drop", 8000, 0.0)
     triples = [{"question": "q", "reference": "1", "completion": "x" * n, "label": 1}
                for n in (10, 7998, 7999)]
-    kept, dropped = rm_train.drop_overlong(triples, opts)
+    kept, dropped = drop_overlong(triples, opts)
     assert [len(t["completion"]) for t in kept] == [10, 7998] and dropped == 1
     opts.overlong = "truncate"
-    assert rm_train.drop_overlong(triples, opts) == (triples, 0)
+    assert drop_overlong(triples, opts) == (triples, 0)
     opts.overlong, opts.max_chars = "drop", 5
     with pytest.raises(ValueError, match="rm_train.max_chars"):
-        rm_train.drop_overlong(triples, opts)
+        drop_overlong(triples, opts)
     opts.overlong, opts.mode = "keep", "train"
     with pytest.raises(ValueError, match="rm_train.overlong must be one of"):
         config_lib.validate_rm_train(opts)
@@ -375,7 +377,7 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
     from coop_jax.config import base_config
 
     records, groups = synthetic_groups(12, seed=5)
-    triples, _ = rm_train.label_triples(records, groups, verifier)
+    triples, _ = label_triples(records, groups, verifier)
     train, held = triples[:20], triples[20:]  # 8 rows per step: 3 steps an epoch, 9 in all
     config = base_config()
     config.reward_model.update(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
@@ -397,7 +399,7 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
             return step, batch_sh
         return make
 
-    full = rm_train.train_reward_model(config, train, str(tmp_path / "full"),
+    full = train_reward_model(config, train, str(tmp_path / "full"),
                                        heldout_triples=held)
     work = str(tmp_path / "work")
     for stop_at, resumed in ((6, None), (3, 4), (None, 6), (1, 9)):
@@ -406,10 +408,10 @@ def test_interrupted_training_resumes_exactly(tmp_path, verifier, monkeypatch):
         monkeypatch.setattr(loop, "_make_step", interrupting(stop_at or 0))
         if stop_at in (6, 3):
             with pytest.raises(KeyboardInterrupt):
-                rm_train.train_reward_model(config, train, work, heldout_triples=held)
+                train_reward_model(config, train, work, heldout_triples=held)
             assert not os.path.exists(os.path.join(work, "rm_summary.json"))
         else:
-            summary = rm_train.train_reward_model(config, train, work, heldout_triples=held)
+            summary = train_reward_model(config, train, work, heldout_triples=held)
             assert summary["resumed_from_step"] == resumed
     rows = lambda d: [json.loads(line) for line in open(os.path.join(d, "rm_metrics.jsonl"))]
     assert rows(work) == rows(str(tmp_path / "full"))
@@ -435,7 +437,7 @@ def test_verifyrm_config_is_the_paper_recipe():
     opts = c.rm_train
     assert opts.batch_size == 16384 == 128 * 32 * 4
     assert opts.batch_size % (8 * opts.micro_batches) == 0  # 8 devices: 2 rows each at a time
-    fmt = rm_train.input_format(c)
+    fmt = input_format(c)
     assert fmt.max_len == 8192 and fmt.truncation_side == "right"
     assert (opts.char_cut, opts.overlong, opts.max_chars) == (False, "drop", 8000)
     assert (opts.weight_decay_mask, opts.weight_decay, opts.learning_rate) == (

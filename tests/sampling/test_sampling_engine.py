@@ -230,7 +230,7 @@ def test_the_trainer_samples_with_the_continuous_engine(tmp_path, monkeypatch):
     import json
 
     from conftest import repo_config
-    from coop_jax.trainer import loop as train
+    from coop_jax.trainer import loop
     c = repo_config("tiny_test")
     c.rollout.update(engine="continuous", slots=3)
     c.train.steps, c.evals = 2, ""
@@ -239,7 +239,7 @@ def test_the_trainer_samples_with_the_continuous_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "make_continuous", lambda cfg, scfg, slots, halvings:
                         made.append((scfg.num_samples, slots, halvings))
                         or real(cfg, scfg, slots, halvings))
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     assert made == [(c.rollout.group_size, 3, c.rollout.slot_halvings)]
     rows = [r for r in map(json.loads, open(tmp_path / "metrics.jsonl")) if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2]

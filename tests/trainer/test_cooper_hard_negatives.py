@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, repo_config
 
 from coop_jax import parallel
-from coop_jax.trainer import cooper, loop as train
+from coop_jax.trainer import cooper, loop, setup
 from coop_jax.rm.step import RMInputs, resolve_pairs
 
 ROOT = str(REPO)
@@ -99,7 +99,7 @@ def test_inconsistent_options_are_one_line_naming_the_field(field, value, messag
     c.reward.type, c.cooper.negative = "cooper", "rollout"
     c.cooper[field] = value
     with pytest.raises(ValueError, match=message):
-        train.validate_config(c, device_count=8)
+        setup.validate_config(c, device_count=8)
 
 
 def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
@@ -114,7 +114,7 @@ def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
     c.rollout.update(group_size=4, prompts_per_step=4, max_new_tokens=40)
     c.reward.type, c.cooper.negative = "cooper", "rollout_hardest"
     c.cooper.update(pairs_per_group=2, pair_label_noise=0.5, reference_positive=True)
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh][1:]
     assert len(rows) == 2 and sum(r["pairs/valid"] for r in rows) > 0

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax.trainer import evaluators, loop as train
+from coop_jax.trainer import evaluators, loop, setup
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_an_unknown_or_repeated_evaluator_is_one_line_naming_the_field(evals, me
     c = repo_config("tiny_test")
     c.evals = evals
     with pytest.raises(ValueError, match=message):
-        train.validate_config(c, device_count=8)
+        setup.validate_config(c, device_count=8)
 
 
 def test_a_new_evaluator_is_a_registry_entry_and_a_config_line(counting, tmp_path):
@@ -65,7 +65,7 @@ def test_a_new_evaluator_is_a_registry_entry_and_a_config_line(counting, tmp_pat
     cadence) and the last step; without `policy` no held-out accuracy is computed."""
     c = repo_config("tiny_test")
     c.evals, c.train.eval_every, c.train.steps = "count", 2, 3
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]
     assert [(r["step"], r["count/calls"]) for r in rows if "count/calls" in r] == [

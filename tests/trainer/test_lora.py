@@ -14,7 +14,7 @@ import pytest
 from conftest import repo_config, repo_module, save_tiny_hf_causal_lm, tiny_model_config
 from coop_jax import checkpoint, config as config_lib, models, parallel
 from coop_jax.checkpoint import export
-from coop_jax.trainer import loop as train
+from coop_jax.trainer import loop, setup
 from coop_jax.hf import build
 from coop_jax.hf.build import add_adapters
 from coop_jax.models import lora
@@ -169,7 +169,7 @@ def test_lora_run_checkpoints_the_adapters_resumes_and_exports(tmp_path):
     c = _tiny_lora_config(hf_dir)
     c.train.update(steps=2, checkpoint_every=1)
     work = tmp_path / "run"
-    train.train(c, str(work))
+    loop.train(c, str(work))
     ckpt_dir = work / "checkpoints"
     items = set(os.listdir(ckpt_dir / "2"))
     assert {"policy_params", "policy_opt_state"} <= items
@@ -181,13 +181,13 @@ def test_lora_run_checkpoints_the_adapters_resumes_and_exports(tmp_path):
                for k in [p[-1].key])
 
     c.train.steps = 3
-    resumed = train.Trainer(c, str(work))
+    resumed = loop.Trainer(c, str(work))
     assert resumed.resuming
     state, _ = resumed.ckpt.restore(resumed.state)
     jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(state.policy.params),
                            jax.device_get(saved))
     resumed.ckpt.close()
-    train.train(c, str(work))
+    loop.train(c, str(work))
     with open(work / "metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [0, 1, 2, 3]
 
@@ -233,7 +233,7 @@ def test_sft_base_and_rm_lora_are_checkpointed(tmp_path):
     c.reward.type, c.cooper.negative = "cooper", "perturb"
     c.sft.update(steps=2, batch_size=4, max_len=20)
     c.train.update(steps=1, checkpoint_every=1)
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     items = set(os.listdir(tmp_path / "checkpoints" / "1"))
     assert {"policy_base", "rm_base", "policy_params", "rm_params"} <= items
     base = checkpoint.Checkpointer(str(tmp_path / "checkpoints")).load_item("rm_base")
@@ -260,11 +260,11 @@ def test_lora_config_validation():
     bad = repo_config("tiny_test")
     bad.reward.type, bad.model.lora.rank = "corewarding_2", 4
     with pytest.raises(ValueError, match="model.lora.rank must be 0 with reward.type"):
-        train.validate_config(bad)
+        setup.validate_config(bad)
     bad = repo_config("tiny_test")
     bad.reward.type, bad.reward_model.lora.rank = "static_rm", 4
     with pytest.raises(ValueError, match="reward_model.lora.rank must be 0"):
-        train.validate_config(bad)
+        setup.validate_config(bad)
     assert build.lora_config(c.model) is None
     c.model.lora.update(rank=8, targets="q_proj, v_proj")
     assert build.lora_config(c.model) == lora.LoraConfig(8, 32.0, 0.0, ("q_proj", "v_proj"))

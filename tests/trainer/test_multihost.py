@@ -38,7 +38,7 @@ def _env(tmp_path) -> dict:
 
 
 def _train_command(workdir, steps: int, *overrides: str) -> list[str]:
-    return [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={TINY}",
+    return [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={TINY}",
             f"--workdir={workdir}",
             f"--config.train.steps={steps}", "--config.train.checkpoint_every=2", *overrides]
 
@@ -96,7 +96,7 @@ def _children_of(workdir) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if (f"--workdir={workdir}".encode() in cmdline and b"coop_jax.trainer.loop" in cmdline
+        if (f"--workdir={workdir}".encode() in cmdline and b"coop_jax.trainer.cli" in cmdline
                 and b"coop_jax.launch.local" not in cmdline):
             pids.append(int(entry.name))
     return pids

@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, repo_config
 
 from coop_jax.data.answer_forms import FORMS, format_probes
-from coop_jax.trainer import cooper, loop as train, probes
+from coop_jax.trainer import cooper, loop, probes, setup
 from coop_jax.trainer.rollouts import (HostTools, RolloutSettings, RolloutSetup, ScoredRollouts,
                                        label_rollouts, marker_rate, rm_pairs)
 from coop_jax.trainer.rewards import reward_source
@@ -74,29 +74,29 @@ def test_pairs_take_the_pair_labels_not_the_rewards(verifiers, monkeypatch):
 def test_the_header_names_each_rule_and_flags_a_labeller_that_is_not_the_gold():
     c = repo_config("default")
     c.reward.type = "cooper"
-    lines = train.rule_header(c, trains_rm=True, has_rm=True)
+    lines = setup.rule_header(c, trains_rm=True, has_rm=True)
     assert lines == ["rule labels: lenient (verifier.extraction=auto)",
                      "Cooper's pair labels: lenient (cooper.pair_labels=auto)",
                      "RM diagnostics against the gold: lenient (verifier.gold=auto)"]
     c.verifier.gold = "strict_numeric"
-    lines = train.rule_header(c, trains_rm=True, has_rm=True)
+    lines = setup.rule_header(c, trains_rm=True, has_rm=True)
     assert lines[-1].startswith("NOTE: Cooper's pairs are labelled lenient but the run is "
                                 "measured against strict_numeric")
     c.cooper.pair_labels = "strict_numeric"
-    assert not any(line.startswith("NOTE") for line in train.rule_header(c, True, True))
+    assert not any(line.startswith("NOTE") for line in setup.rule_header(c, True, True))
     c.reward.type = "static_rm"
-    assert len(train.rule_header(c, trains_rm=False, has_rm=True)) == 2
+    assert len(setup.rule_header(c, trains_rm=False, has_rm=True)) == 2
 
 
 def test_a_bad_labeller_is_one_line_naming_the_field():
     c = repo_config("default")
     c.cooper.pair_labels = "strictest"
     with pytest.raises(ValueError, match="cooper.pair_labels"):
-        train.validate_config(c)
+        setup.validate_config(c)
     c = repo_config("default")
     c.verifier.gold = "boxed"
     with pytest.raises(ValueError, match="verifier.gold"):
-        train.validate_config(c)
+        setup.validate_config(c)
 
 
 def test_marker_rate_counts_the_rollouts_that_write_the_marker():
@@ -131,7 +131,7 @@ def test_a_tiny_cooper_run_with_strict_pairs_logs_gold_marker_and_format_probes(
     c.verifier.gold = "strict_numeric"
     c.probes.update(format_questions=2, every=1)
     c.train.eval_every = 2
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]
     assert [r["step"] for r in rows] == [0, 1, 2]

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import repo_config
 
-from coop_jax.trainer import probes, loop as train
+from coop_jax.trainer import loop, probes
 from coop_jax.data.synthetic import make_dataset
 from coop_jax.projects.reward_hacking import hack_probes
 from coop_jax.verify import verify
@@ -63,7 +63,7 @@ def test_trainer_logs_probe_metrics_on_the_tiny_model(tmp_path):
     config.reward.type = "static_rm"
     config.probes.update(triples=path, every=1)
     config.train.steps = 1
-    train.train(config, str(tmp_path / "run"))
+    loop.train(config, str(tmp_path / "run"))
     with open(os.path.join(tmp_path, "run", "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]
     assert [r["step"] for r in rows] == [0, 1]

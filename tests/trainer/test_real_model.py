@@ -218,7 +218,7 @@ def rule_run(smol, tmp_path_factory):
     args = documented_command("docs/real_models.md",
                               "coop-train --config=configs/smollm2_arithmetic.py")
     args = [a for a in args if not a.startswith("--workdir=")]
-    _run(["coop_jax.trainer.loop", *args, f"--workdir={workdir}", *SHORT,
+    _run(["coop_jax.trainer.cli", *args, f"--workdir={workdir}", *SHORT,
           "--config.rollout.group_size=2", "--config.rollout.prompts_per_step=2",
           "--config.rollout.max_new_tokens=8"], smol)
     return workdir
@@ -264,7 +264,7 @@ def test_cooper_two_steps_with_an_rm_from_the_same_causal_lm(smol, tmp_path):
     problems a temperature-0.7 sample is right about 4% of the time, too rarely for 2 short
     steps, so the questions here are 16 of them that the model answers right greedily; at
     temperature 0.2 it then gets 45% of its samples right, every question mixed (measured)."""
-    _run(["coop_jax.trainer.loop", f"--config={CONFIG}", f"--workdir={tmp_path}", *SHORT,
+    _run(["coop_jax.trainer.cli", f"--config={CONFIG}", f"--workdir={tmp_path}", *SHORT,
           f"--config.reward_model.hf_path={smol.gguf}", "--config.reward_model.keep_layers=2",
           "--config.reward_model.lora.rank=16", "--config.reward.type=cooper",
           "--config.cooper.negative=rollout", "--config.cooper.heldout_every=0",
@@ -309,7 +309,7 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     assert "--config.reward.type=cooper" in args
     start = os.path.join(ROOT, "docs", "results", "reward_hacking", "plan", "inputs",
                          "start_policy")
-    out = _run(["coop_jax.trainer.loop", *[a for a in args if not a.startswith("--workdir=")],
+    out = _run(["coop_jax.trainer.cli", *[a for a in args if not a.startswith("--workdir=")],
                 f"--workdir={tmp_path}", "--config.train.steps=2", "--config.train.eval_every=0",
                 "--config.train.checkpoint_every=2", "--config.rollout.prompts_per_step=8",
                 "--config.sft.steps=0", f"--config.model.hf_path={start}"], smol)

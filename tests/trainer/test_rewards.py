@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from coop_jax import config
-from coop_jax.trainer import loop as train, rewards
+from coop_jax.trainer import rewards, setup
 from coop_jax.registry import Options
 
 
@@ -185,9 +185,9 @@ def test_extraction_defaults_follow_the_references():
                 ("corewarding_1", "synthetic"): "lenient", ("rule", "synthetic"): "lenient"}
     for (reward_type, dataset), mode in expected.items():
         c.reward.type, c.data.dataset = reward_type, dataset
-        assert train.run_extraction_mode(c) == mode, (reward_type, dataset)
+        assert setup.run_extraction_mode(c) == mode, (reward_type, dataset)
     c.verifier.extraction = "lenient"   # an explicit mode wins
-    assert train.run_extraction_mode(c) == "lenient"
+    assert setup.run_extraction_mode(c) == "lenient"
     for mode in config.EXTRACTION_CHOICES[1:]:
         c.verifier.extraction = mode
         config.validate(c)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import repo_config
-from coop_jax.trainer import rewards, loop as train, step as train_step
+from coop_jax.trainer import loop, rewards, setup
+from coop_jax.trainer.step import DeviceReward, StepConfig
 from coop_jax import rl
 from coop_jax.registry import Options, Param, Registry
 
@@ -20,7 +21,7 @@ def scaled_rule_reward():
     def scaled(state, cfg, batch, options):
         return batch.rewards * options["scale"], {"toy_scale": options["scale"]}, None
 
-    device = train_step.DeviceReward("scaled_batch", scaled,
+    device = DeviceReward("scaled_batch", scaled,
                                      params=Options.of(scale=Param("reward.toy_scale")))
 
     @rewards.register_reward("toy_scaled", device=device)
@@ -37,7 +38,7 @@ def test_a_device_reward_with_a_parameter_is_one_registration(scaled_rule_reward
     c.reward.type = "toy_scaled"
     c.reward.toy_scale = 3.0
     c.train.steps = 1
-    trainer = train.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     assert trainer.step.cfg.device_reward is scaled_rule_reward
     assert trainer.step.cfg.reward_options == Options.of(scale=3.0)
     summary = trainer.run()
@@ -53,7 +54,7 @@ def test_a_missing_option_is_named(scaled_rule_reward):
     from conftest import tiny_model_config
     with pytest.raises(ValueError, match=r"device_reward='scaled_batch' needs the options "
                                          r"\['scale'\]"):
-        train_step.StepConfig(policy=tiny_model_config(), loss=rl.LossConfig(), group_size=2,
+        StepConfig(policy=tiny_model_config(), loss=rl.LossConfig(), group_size=2,
                               device_reward=scaled_rule_reward)
 
 
@@ -85,7 +86,7 @@ def test_an_advantage_estimator_declares_its_parameter(tmp_path):
         c = repo_config("tiny_test")
         c.rl.advantage, c.rl.adv_scale = "scaled_grpo", 2.0
         from conftest import tiny_model_config
-        cfg = train.step_config(c, tiny_model_config(), None, 100)
+        cfg = setup.step_config(c, tiny_model_config(), None, 100)
         assert cfg.advantage_options == Options.of(scale=2.0)
         rewards = np.array([[1.0, 0.0, 0.0, 1.0]], np.float32)
         np.testing.assert_allclose(

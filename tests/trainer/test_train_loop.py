@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, repo_config
 
-from coop_jax.trainer import rewards, rollouts, loop as train
+from coop_jax.trainer import loop, rewards, rollouts, setup
 
 ROOT = str(REPO)
 TINY = os.path.join(ROOT, "configs", "tiny_test.py")
@@ -32,7 +32,7 @@ def test_every_reward_type_trains(reward_type, tmp_path):
     c.reward.type = reward_type
     if reward_type == "cooper":
         c.cooper.negative = "perturb"
-    summary = train.train(c, str(tmp_path))
+    summary = loop.train(c, str(tmp_path))
     rows = _rows(tmp_path)
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert rows[0]["eval/greedy_accuracy"] == summary["initial_accuracy"]
@@ -73,7 +73,7 @@ def test_sft_warm_start_dynamic_sampling_and_overlong_options(tmp_path):
     c.sft.update(steps=2, batch_size=4, max_len=20, corrupt_fraction=0.5)
     c.rl.update(dynamic_sampling=True, dynamic_max_draws=2, overlong="penalty",
                 overlong_cache_len=4, advantage="rloo", aggregation="seq_mean_token_mean")
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = _rows(tmp_path)
     assert rows[1]["dynamic/draws"] >= 1
 
@@ -88,7 +88,7 @@ def test_kl_to_start_and_strict_numeric_gold(tmp_path):
     c.rl.update(kl_coef=0.0, log_kl_to_start=True)
     c.verifier.extraction = "strict_numeric"
     c.train.steps = 3
-    trainer = train.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     alternate = lambda x: ([np.arange(len(x.views[0])) % 2 * 1.0], {})  # a learning signal
     trainer.setup = dataclasses.replace(
         trainer.setup, source=dataclasses.replace(trainer.setup.source, host=alternate))
@@ -105,12 +105,12 @@ def test_log_kl_to_start_refuses_an_ema_teacher_reference():
     c = tiny_config()
     c.reward.type, c.rl.log_kl_to_start = "corewarding_2", True
     with pytest.raises(ValueError, match="rl.log_kl_to_start"):
-        train.validate_config(c)
+        setup.validate_config(c)
 
 
 def test_nan_loss_stops_with_the_step(tmp_path, monkeypatch):
     c = tiny_config()
-    trainer = train.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     step = trainer.step
 
     def poisoned(state, batch):
@@ -135,7 +135,7 @@ def test_overlap_trains_on_rollouts_of_the_previous_parameters(tmp_path):
     c = tiny_config()
     c.rollout.overlap = True
     c.train.steps = 3
-    trainer = train.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     # the untrained tiny policy is never right: alternate rewards give every group a signal
     alternate = lambda x: ([np.arange(len(x.views[0])) % 2 * 1.0], {})
     trainer.setup = dataclasses.replace(
@@ -181,7 +181,7 @@ def test_truncated_importance_sampling_in_a_run(tmp_path, overlap):
     c = tiny_config()
     c.rl.tis_cap, c.rollout.overlap, c.train.steps = 2.0, overlap, 3
     c.rl.entropy_coef = 0.05  # a gradient for the never-right untrained policy
-    train.train(c, str(tmp_path))
+    loop.train(c, str(tmp_path))
     rows = _rows(tmp_path)[1:]
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
@@ -195,7 +195,7 @@ def test_truncated_importance_sampling_in_a_run(tmp_path, overlap):
 
 
 def _cli(workdir, steps, overlap=False):
-    return [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={TINY}",
+    return [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={TINY}",
             f"--workdir={workdir}",
             f"--config.train.steps={steps}", "--config.train.checkpoint_every=2",
             f"--config.rollout.overlap={overlap}"]
@@ -276,7 +276,7 @@ def test_corewarding_2_dynamic_sampling_applies_the_ema_once_per_step(tmp_path):
     c = tiny_config()
     c.reward.type = "corewarding_2"
     c.rl.update(dynamic_sampling=True, dynamic_max_draws=3)
-    trainer = train.Trainer(c, str(tmp_path))
+    trainer = loop.Trainer(c, str(tmp_path))
     calls, draws = [], []
 
     def hook(state, step, options):

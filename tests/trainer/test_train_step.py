@@ -9,7 +9,7 @@ import pytest
 
 from conftest import tiny_model_config
 from coop_jax import models, parallel, rl
-from coop_jax.trainer import step as train_step
+from coop_jax.trainer import step
 from coop_jax.optim import make_optimizer
 from coop_jax.registry import Options
 from coop_jax.trainer.batch import Behaviour, TrainBatch
@@ -48,11 +48,11 @@ def _batch(seed=0, valid_pairs=(1, 0, 1, 1)):
 
 
 def jit_step(*args, **kwargs):
-    """`train_step.jit_step` whose second output is the step's metrics (`StepOutputs.metrics`)."""
-    step = train_step.jit_step(*args, **kwargs)
+    """`step.jit_step` whose second output is the step's metrics (`StepOutputs.metrics`)."""
+    compiled = step.jit_step(*args, **kwargs)
 
     def run(state, batch):
-        new_state, outputs = step(state, batch)
+        new_state, outputs = compiled(state, batch)
         return new_state, outputs.metrics
     return run
 
@@ -191,8 +191,8 @@ def test_kl_in_reward_and_its_controller(controller):
         state = state.replace(kl_coef=jnp.float32(0.05))
     batch = _batch(2)
     new, metrics = jit_step(cfg, TX, donate=False)(state, batch)
-    logp = train_step._logprobs(state.policy_weights(), cfg, batch)[0]
-    ref = train_step._logprobs(state.ref_params, cfg, batch)[0]
+    logp = step._logprobs(state.policy_weights(), cfg, batch)[0]
+    ref = step._logprobs(state.ref_params, cfg, batch)[0]
     m = np.asarray(batch.mask, np.float32)
     kl = np.asarray(logp - ref) * m
     current = np.mean(kl.sum(-1) / m.sum(-1))
@@ -260,8 +260,8 @@ def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio(shift
     _, on_policy = jit_step(plain, tx, donate=False)(state, batch)
     own = np.asarray(_logprobs(state.policy.params, plain, batch)[0])
     sampled = batch.replace(behaviour=Behaviour(own - shift))
-    assert train_step.uses_tis(tis, sampled) and not train_step.uses_tis(plain, sampled)
-    assert not train_step.uses_tis(tis, batch)  # no sampler log-probs: nothing to weigh
+    assert step.uses_tis(tis, sampled) and not step.uses_tis(plain, sampled)
+    assert not step.uses_tis(tis, batch)  # no sampler log-probs: nothing to weigh
     _, m = jit_step(tis, tx, donate=False)(state, sampled)
     assert float(m["ratio_mean"]) == pytest.approx(1.0, abs=1e-6)
     assert float(m["tis_weight_mean"]) == pytest.approx(weight, rel=1e-4)
@@ -276,17 +276,16 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
     """One epoch, one mini-batch, no behaviour log-probs: the ratio is exactly 1, so the old
     log-probs are the loss forward's own (one policy forward pass fewer) and the update, the
     loss and every metric equal the step that recomputes them."""
-    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla")
     state, batch = _state(False), _batch(6)
-    calls, real = [], train_step._logprobs
-    monkeypatch.setattr(train_step, "_logprobs",
+    calls, real = [], step._logprobs
+    monkeypatch.setattr(step, "_logprobs",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     reused, metrics = jit_step(cfg, TX, donate=False)(state, batch)
     reused_calls, calls[:] = len(calls), []
     two_pass = dataclasses.replace(cfg, reuse_loss_forward=False)
     recomputed, recomputed_metrics = jit_step(two_pass, TX, donate=False)(state, batch)
-    assert train_step.old_is_current(cfg, batch) and not train_step.old_is_current(two_pass,
+    assert step.old_is_current(cfg, batch) and not step.old_is_current(two_pass,
                                                                                    batch)
     assert reused_calls == len(calls) - 1
     _close(reused.policy.params, recomputed.policy.params, atol=1e-6)
@@ -298,30 +297,28 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
 
 
 def test_the_old_logprob_pass_stays_where_the_ratio_can_differ():
-    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G)
     batch = _batch(0)
-    assert train_step.old_is_current(cfg, batch)
+    assert step.old_is_current(cfg, batch)
     for changed in (dict(ppo_epochs=2), dict(num_minibatches=2), dict(micro_batches=2),
                     dict(num_views=2), dict(kl_in_reward=True), dict(log_kl_to_start=True),
                     dict(reuse_loss_forward=False)):
-        assert not train_step.old_is_current(dataclasses.replace(cfg, **changed), batch), changed
+        assert not step.old_is_current(dataclasses.replace(cfg, **changed), batch), changed
     own = np.zeros(np.shape(batch.mask), np.float32)
-    assert not train_step.old_is_current(cfg, batch.replace(behaviour=Behaviour(own)))
+    assert not step.old_is_current(cfg, batch.replace(behaviour=Behaviour(own)))
 
 
 def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     """With the sampler's log-probs and entropies in the batch the step runs no forward pass for
     them: `rollout_entropy` is the behaviour policy's, and the update is the same."""
-    from coop_jax.trainer import step as train_step
     cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
                      kernel_impl="xla")
     tx = make_optimizer(1e-2, weight_decay=0.0)
     state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
     batch = _batch(5)
-    own, entropy = (np.asarray(x) for x in train_step._logprobs(state.policy.params, cfg, batch))
-    calls, real = [], train_step._logprobs
-    monkeypatch.setattr(train_step, "_logprobs",
+    own, entropy = (np.asarray(x) for x in step._logprobs(state.policy.params, cfg, batch))
+    calls, real = [], step._logprobs
+    monkeypatch.setattr(step, "_logprobs",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     recomputed, recomputed_metrics = jit_step(cfg, tx, donate=False)(
         state, batch.replace(behaviour=Behaviour(own)))
@@ -384,7 +381,7 @@ def test_bradley_terry_loss_and_gradient_by_hand(monkeypatch):
           = [0, -0.3745224, 0.0179862, 0.3565362]  (1 - s(4) = 0.0179862, 1 - s(-1) = 0.7310586).
     The masked third pair (margin -10) counts neither in the loss nor in the mean."""
     from coop_jax.rm.step import PairBatch
-    monkeypatch.setattr(train_step.models, "reward_scores",
+    monkeypatch.setattr(step.models, "reward_scores",
                         lambda params, cfg, tokens, mask: (params["w"][tokens] * mask).sum(-1))
     pairs = PairBatch(pos_tokens=jnp.array([[1, 3], [1, 0], [0, 0]]),
                       pos_mask=jnp.array([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0]]),
@@ -430,8 +427,8 @@ def test_a_prefix_shared_step_equals_the_unshared_step(monkeypatch, case):
     (the KL reference is the frozen base) over 2 epochs x 2 mini-batches, with micro-batches
     (strided rows: only the whole-batch old/ref passes share) and on a (2, 2, 2) mesh."""
     calls = []
-    grouped = train_step.grouped_response_logprobs
-    monkeypatch.setattr(train_step, "grouped_response_logprobs",
+    grouped = step.grouped_response_logprobs
+    monkeypatch.setattr(step, "grouped_response_logprobs",
                         lambda *a, **k: calls.append(a[2].shape[0]) or grouped(*a, **k))
     cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla",
                      reuse_loss_forward=False)
@@ -519,8 +516,8 @@ def test_the_rms_shared_prefix_gives_the_unshared_step(pairs_on_device, mesh_sha
         kwargs.update(state_shardings=state_shardings(state()),
                       batch_sharding=parallel.batch_sharding(mesh, 1),
                       replicated=parallel.replicated(mesh))
-    ref, ref_out = train_step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), batch)
-    got, out = train_step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), shared)
+    ref, ref_out = step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), batch)
+    got, out = step.jit_step(cfg, TX, RM_TX, **kwargs)(state(), shared)
     _close(got.policy.params, ref.policy.params, atol=1e-6)
     _close(got.rm.params, ref.rm.params, atol=1e-6)
     _close(out.rm_scores, ref_out.rm_scores)

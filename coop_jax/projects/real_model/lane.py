@@ -189,7 +189,7 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     # an interrupted run's workdir is kept: coop-train resumes from its last checkpoint
     work, out = os.path.join(f.workdir, name), os.path.join(f.results, name)
     os.makedirs(out, exist_ok=True)
-    train_cmd = [sys.executable, "-m", "coop_jax.trainer.loop", f"--config={f.config}",
+    train_cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
                  f"--config.cooper.heldout_triples={triples}",
                  *arm_overrides(f.study, arm), *f.override]

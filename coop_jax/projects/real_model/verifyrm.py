@@ -47,7 +47,7 @@ from coop_jax.projects.reward_hacking import plan_inputs
 from coop_jax.projects import rm_corpus, run_store
 from coop_jax.jsonl import read_jsonl
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer
-from coop_jax.trainer.loop import run_extraction_mode
+from coop_jax.trainer.setup import run_extraction_mode
 from coop_jax.rm.input import check_triples, read_triples
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.rm.train import label_balance, train_reward_model
@@ -120,7 +120,7 @@ def generator_run(fv: flags.FlagValues, steps: Sequence[int]) -> str:
     `steps` (a rerun resumes it); its workdir."""
     work = os.path.join(fv.workdir, "generator")
     every = int(np.gcd.reduce(steps))
-    cmd = [sys.executable, "-m", "coop_jax.trainer.loop",
+    cmd = [sys.executable, "-m", "coop_jax.trainer.cli",
            f"--config={config_flags.get_config_filename(fv['config'])}", *_override_args(fv),
            f"--workdir={work}", f"--config.seed={fv.generator_seed}", "--config.reward.type=rule",
            f"--config.train.steps={max(steps)}", f"--config.train.checkpoint_every={every}",

@@ -47,8 +47,9 @@ import jax
 import numpy as np
 
 from coop_jax import checkpoint, console, hf, parallel
-from coop_jax.trainer import rewards, sft, loop as train
-from coop_jax.rm import train as rm_train
+from coop_jax.trainer import loop, rewards, setup, sft
+from coop_jax.rm.train import (build_triples, input_format, label_balance, split_triples,
+                               train_reward_model)
 from coop_jax import config as config_lib
 from coop_jax.data.synthetic import consistent_wrong_solution, solution_error_kind
 from coop_jax.projects.reward_hacking import hack_probes, plan_inputs, results_page
@@ -70,9 +71,9 @@ def sft_policy(config, out_dir: str) -> str:
     if os.path.exists(os.path.join(out_dir, "config.json")):
         return out_dir
     tokenizer = load_tokenizer()
-    records, _, _ = train.load_records(config)
+    records, _, _ = setup.load_records(config)
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
-    cfg, params = train.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed))
+    cfg, params = setup.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed))
     params, losses = sft.warm_start_with(sft.SFTSettings.from_config(config), params, cfg,
                                          tokenizer, records)
     log.info("SFT: loss %.3f -> %.3f", losses[0], losses[-1])
@@ -114,18 +115,18 @@ def rm_triples(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
     e = config.experiment
     lm = hf.load(policy_dir)
     tokenizer = lm.tokenizer()
-    records, _, _ = train.load_records(config)
+    records, _, _ = setup.load_records(config)
     with RuleVerifier(config.verifier.num_workers, config.verifier.timeout_s) as verifier:
-        triples, stats = rm_train.build_triples(
+        triples, stats = build_triples(
             lm.params, lm.config, tokenizer, records[:e.rm_questions], verifier=verifier,
             template=config.data.prompt_template, samples_per_question=e.samples_per_question,
             temperature=config.rollout.temperature, max_prompt_len=config.data.max_prompt_len,
             max_new_tokens=config.rollout.max_new_tokens, seed=config.seed)
-        train_set, heldout = rm_train.split_triples(triples, e.heldout_fraction, config.seed)
+        train_set, heldout = split_triples(triples, e.heldout_fraction, config.seed)
         rewrites = consistent_wrong_triples(heldout, verifier, config.seed)
     heldout = heldout + rewrites
-    stats |= {"train": rm_train.label_balance(train_set) | {"kinds": _kinds(train_set)},
-              "heldout": rm_train.label_balance(heldout) | {"kinds": _kinds(heldout)},
+    stats |= {"train": label_balance(train_set) | {"kinds": _kinds(train_set)},
+              "heldout": label_balance(heldout) | {"kinds": _kinds(heldout)},
               "heldout_consistent_wrong_rewrites": len(rewrites)}
     log.info("RM triples: %s", json.dumps(stats))
     os.makedirs(out_dir, exist_ok=True)
@@ -154,7 +155,7 @@ def static_rm_data(config, policy_dir: str, out_dir: str) -> tuple[str, str]:
              os.path.join(out_dir, "heldout_triples.jsonl"))
     if all(os.path.exists(p) for p in paths):
         return paths
-    records = train.load_records(config).train[:e.rm_questions]
+    records = setup.load_records(config).train[:e.rm_questions]
     specs = rm_corpus.parse_sft_policies(e.get("corpus_sft_policies", ""))
     policies, policy_records, start = [], [], None
     if specs:
@@ -193,11 +194,11 @@ def static_rm(config, train_path: str, heldout_path: str, out_dir: str) -> dict:
             return json.load(fh)
     heldout = read_triples(heldout_path)
     cpu = time.process_time()
-    summary = rm_train.train_reward_model(config, read_triples(train_path), out_dir,
+    summary = train_reward_model(config, read_triples(train_path), out_dir,
                                           heldout_triples=heldout)
     summary.update(cpu_seconds=time.process_time() - cpu, cpu=cpu_model())
     rm = checkpoint.load_model(out_dir, "rm")
-    summary["heldout_by_kind"] = heldout_by_kind(rm, heldout, rm_train.input_format(config))
+    summary["heldout_by_kind"] = heldout_by_kind(rm, heldout, input_format(config))
     # a rebuild (a later session, a clean clone) is the same static RM when these agree
     summary["digests"] = {"train_triples": file_digest(train_path),
                           "heldout_triples": file_digest(heldout_path),
@@ -217,10 +218,10 @@ def probe_set(config, out_path: str) -> str:
     if not n:
         return ""
     if not os.path.exists(out_path):
-        records = train.load_records(config).heldout[:n]
+        records = setup.load_records(config).heldout[:n]
         hack_probes.write_probes(out_path, hack_probes.build_probes(
             records, answer_format=config.data.synthetic.answer_format,
-            extraction=train.run_extraction_mode(config), seed=config.seed))
+            extraction=setup.run_extraction_mode(config), seed=config.seed))
     return out_path
 
 
@@ -253,7 +254,7 @@ def arm_runner(config, policy_dir: str, rm_dir: str, heldout: str, probes: str =
     def run(arm: str, seed: int, run_dir: str) -> dict:
         cpu = time.process_time()
         c = run_config(config, arm, seed, policy_dir, rm_dir, heldout, probes)
-        summary = train.train(c, run_dir)
+        summary = loop.train(c, run_dir)
         # CPU seconds of this process (all its threads): wall time on a shared machine says
         # little about the cost on dedicated cores
         summary = summary | {"arm": arm, "negative": ARMS[arm][1],
@@ -451,7 +452,7 @@ def check_config(config) -> None:
     """ValueError naming the field: an unknown arm or a bad seed list, or a setting that
     `coop-train` would refuse in any arm's run."""
     for arm in expected_runs(config):
-        train.validate_config(run_config(config, arm, 0, "", "", ""))
+        setup.validate_config(run_config(config, arm, 0, "", "", ""))
 
 
 def cli(argv: list[str]) -> dict:
@@ -470,7 +471,7 @@ def cli(argv: list[str]) -> dict:
         # the plan is the config file's own selection, not a one-arm or one-seed override's
         plan = expected_runs(config_lib.load_config_file(
             config_flags.get_config_filename(fv["config"])))
-    train.log_with_times()
+    console.log_with_times()
     command = "python -m coop_jax.projects.reward_hacking " + shlex.join(argv[1:])
     try:
         report = main(fv.config, fv.workdir, command, commit=fv.commit, plan=plan)

@@ -233,10 +233,10 @@ def diagnose_run(c, static_rm_dir: str, run_dir: str, arm: str, seed: int, quest
     """The diagnostic of one finished run (`run_dir` holds its final checkpoint; `c`: its run
     config), for the driver to keep beside the run's summary."""
     from coop_jax import checkpoint
-    from coop_jax.trainer import loop as train
+    from coop_jax.trainer import setup
     from coop_jax.projects.reward_hacking.arms import ARMS
 
-    records = train.load_records(c).train[:questions]
+    records = setup.load_records(c).train[:questions]
     cfg, params, _ = checkpoint.load_model(run_dir, "policy")
     own = checkpoint.load_model(run_dir, "rm") if ARMS[arm][0] == "cooper" else None
     return diagnose_policy(c, records, (cfg, params), own, reward_models(static_rm_dir), seed) | {
@@ -248,7 +248,7 @@ def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], qu
     """arm -> the `summarise` of each seed's final policy (runs without a checkpoint in
     `<workdir>/runs/<arm>_s<seed>` are skipped, and said so)."""
     from coop_jax import checkpoint, hf
-    from coop_jax.trainer import loop as train
+    from coop_jax.trainer import setup
     from coop_jax.projects.reward_hacking.arms import ARMS
     from coop_jax.projects.reward_hacking.arms import run_config
 
@@ -257,7 +257,7 @@ def diagnose(config, workdir: str, arms: Sequence[str], seeds: Sequence[int], qu
     out: dict[str, list[dict]] = {arm: [] for arm in arms}
     for seed in seeds:
         c = run_config(config, "rule", seed, os.path.join(workdir, "sft_policy"), "", "")
-        records = train.load_records(c).train[:questions]
+        records = setup.load_records(c).train[:questions]
         for arm in arms:
             run_dir = os.path.join(workdir, "runs", f"{arm}_s{seed}")
             if arm == START:

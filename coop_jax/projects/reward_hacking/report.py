@@ -5,7 +5,7 @@ each as mean +- Student-t 95% interval over seeds; training curves; per-arm curv
 accuracy / AUC / pairwise accuracy on the policy's own rollouts (the reward RM and, for Cooper, the
 RM after its update); the hack probes' false-accept table with each pattern's policy
 log-likelihood trend; gold and proxy against sqrt(KL to the start policy) (Gao et al. 2022);
-the static RM's learning curve. First comes the pre-registered analysis (`hacking_analysis`:
+the static RM's learning curve. First comes the pre-registered analysis (`analysis`:
 the precondition, the paired contrasts, the hacking gaps).
 
 The input is run folders (summary.json + metrics.jsonl), e.g. the kept runs under
@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from coop_jax.eval import report as report_lib
-from coop_jax.projects.reward_hacking import analysis as hacking_analysis
+from coop_jax.projects.reward_hacking import analysis
 from coop_jax.projects.reward_hacking.analysis import by_arm, final_gold as gold_final, finite
 from coop_jax.jsonl import read_jsonl
 from coop_jax import stats
@@ -337,7 +337,7 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     groups = report_lib.aggregate(gold, "arm")
     lenient = report_lib.aggregate(runs, "arm") if strict else None
     diag = diagnostics(runs)
-    analysis = hacking_analysis.analyse(runs)
+    analysed = analysis.analyse(runs)
     probes = probe_table(runs)
     kl = kl_curves(runs)
     os.makedirs(out_dir, exist_ok=True)
@@ -358,15 +358,15 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     if missing:
         md += ["**Partial:** missing runs " + ", ".join(f"{a} seed {s}" for a, s in missing)
                + ". Intervals below are over the runs present only.", ""]
-    md += hacking_analysis.markdown(analysis)
-    earlier = {label: hacking_analysis.analyse(load_runs(dirs))
+    md += analysis.markdown(analysed)
+    earlier = {label: analysis.analyse(load_runs(dirs))
                for label, dirs in (beside or {}).items() if dirs}
     if earlier:
         md += ["### Beside the earlier attempts (not pooled)", "",
                "The same pre-registered analysis of each earlier attempt's own runs (its own "
                "start policy and static RM), next to this one's; differences in percentage "
                "points, mean [95% t interval] (paired seeds).", "",
-               *hacking_analysis.beside_markdown(earlier | {"this attempt": analysis})]
+               *analysis.beside_markdown(earlier | {"this attempt": analysed})]
     md += ["## Details", ""] + static_rm_markdown(rm_dir) + corpus_markdown(rm_dir)
     md += [("Final held-out greedy accuracy under the strict numeric gold "
             "(`final_accuracy_strict`)" if strict else "Final held-out greedy accuracy") +
@@ -403,7 +403,7 @@ def write_hacking_report(run_dirs: Sequence[str], out_dir: str, *, rm_dir: str |
     md += ["", "CPUs the runs ran on (XLA:CPU results differ across CPUs; every run shares the "
            "start policy and the static RM): " + ", ".join(f"{c} ({n})" for c, n in cpus.items())]
     result = {"groups": groups, "gold": "strict" if strict else "lenient",
-              "groups_lenient": lenient, "analysis": analysis, "diagnostics": diag,
+              "groups_lenient": lenient, "analysis": analysed, "diagnostics": diag,
               "probes": probes, "kl_curves": kl, "missing": missing,
               # <arm>_s<seed>, the folder's name under runs/ (kept or in the workdir), so that
               # the file reads the same from any clone

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from absl.app import UsageError
 
-from coop_jax.projects.real_model import lane as real_model, report as real_model_report
+from coop_jax.projects.real_model import lane, report
 
 
 def _sample(i: int, mode: str, correct: bool, j: int = 0) -> dict:
@@ -27,7 +27,7 @@ def _samples(greedy: list[bool], sampled: list[list[bool]]) -> list[dict]:
 def test_paired_gain_is_the_per_question_difference():
     before = _samples([False, False, True, False], [[False, False]] * 3 + [[True, False]])
     after = _samples([True, False, True, True], [[True, True]] * 2 + [[False, False]] * 2)
-    gain = real_model_report.paired_gain(before, after)
+    gain = report.paired_gain(before, after)
     assert gain["greedy_accuracy"]["mean"] == pytest.approx(0.5)  # 2 of 4 questions flipped up
     assert gain["greedy_accuracy"]["questions"] == 4
     # avg@2 per question: after (1, 1, 0, 0) - before (0, 0, 0, 0.5)
@@ -41,17 +41,17 @@ def test_time_split_skips_the_compiling_step_and_cooper_counts_pair_steps():
                  "time/update": 5.0, "time/verify": 0.1, "pairs/valid": [0, 2, 3, 0][s - 1],
                  "reward_mean": 0.1 * s} for s in range(1, 5)]
     metrics.append({"step": 4, "rm_heldout_accuracy": 0.7})
-    assert real_model_report.time_split(metrics)["time/step"] == pytest.approx(10.0)
-    cooper = real_model_report.cooper_diagnostics(metrics)
+    assert report.time_split(metrics)["time/step"] == pytest.approx(10.0)
+    cooper = report.cooper_diagnostics(metrics)
     assert cooper["steps_with_pairs"] == "2/4" and cooper["mean_pairs_per_step"] == 1.25
     assert cooper["rm_heldout_accuracy"]["last"] == 0.7
-    curve = real_model_report.training_curve(metrics, window=2)
+    curve = report.training_curve(metrics, window=2)
     assert curve["first"] == pytest.approx(0.15) and curve["last"] == pytest.approx(0.35)
 
 
 def test_heldout_triples_are_balanced_and_labelled_by_the_rule():
     samples = _samples([True] * 3, [[True, False, False], [False, False, False], [True, True]])
-    triples = real_model.heldout_triples(samples)
+    triples = lane.heldout_triples(samples)
     labels = [t["label"] for t in triples]
     assert labels.count(True) == 3 and labels.count(False) == 2  # one wrong per question, <= right
     assert all(set(t) == {"question", "reference", "completion", "label"} for t in triples)
@@ -73,7 +73,7 @@ def test_report_over_finished_runs(tmp_path):
                                                        [[True, False]] * 4))
     _write_jsonl(run / "metrics.jsonl", [{"step": 1, "time/step": 3.0, "reward_mean": 0.5}])
     (tmp_path / "not_a_run").mkdir()
-    out = real_model_report.write_report(str(tmp_path))
+    out = report.write_report(str(tmp_path))
     assert list(out["runs"]) == ["rule_s0"]
     assert out["runs"]["rule_s0"]["gain"]["greedy_accuracy"]["mean"] == pytest.approx(0.25)
     md = (tmp_path / "report.md").read_text()
@@ -84,18 +84,18 @@ def test_report_over_finished_runs(tmp_path):
 
 def test_runs_must_name_an_arm_and_a_seed(tmp_path):
     with pytest.raises(UsageError, match="--runs"):
-        real_model.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
+        lane.main(["real_model", f"--results={tmp_path}", "--runs=rule_s0,sft_s1"])
     with pytest.raises(UsageError, match="static_rm"):  # not an arm of the first lane
-        real_model.main(["real_model", f"--results={tmp_path}", "--runs=static_rm_s0"])
+        lane.main(["real_model", f"--results={tmp_path}", "--runs=static_rm_s0"])
 
 
 def test_the_lane_cooper_arm_starts_its_rm_untrained_from_smollm2():
-    overrides = real_model.arm_overrides("lane", "cooper")
+    overrides = lane.arm_overrides("lane", "cooper")
     assert any(o.startswith("--config.reward_model.hf_path=") and o.endswith(".gguf")
                for o in overrides)
     assert "--config.reward_model.keep_layers=4" in overrides
     assert "--config.cooper.rm_checkpoint=" in overrides
-    assert real_model.arm_overrides("lane", "rule") == []
+    assert lane.arm_overrides("lane", "rule") == []
 
 
 def _apply(config, overrides: list[str]):
@@ -115,8 +115,8 @@ def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_
     import os
 
     from coop_jax.config import load_config_file, validate
-    configs = {arm: _apply(load_config_file(real_model.CONFIG),
-                           real_model.arm_overrides("comparison", arm))
+    configs = {arm: _apply(load_config_file(lane.CONFIG),
+                           lane.arm_overrides("comparison", arm))
                for arm in ("rule", "static_rm", "cooper")}
     flat = {arm: {k: v for k, v in c.to_dict().items() if k != "reward"}
             for arm, c in configs.items()}
@@ -127,7 +127,7 @@ def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_
     assert os.path.exists(os.path.join(cooper.cooper.rm_checkpoint, "static_rm_meta.json"))
     for c in configs.values():
         validate(c, device_count=1)
-    runs = real_model.STUDIES["comparison"]["runs"]
+    runs = lane.STUDIES["comparison"]["runs"]
     assert runs[:3] == ["rule_s0", "static_rm_s0", "cooper_s0"] and len(runs) == 9
 
 
@@ -137,8 +137,8 @@ def test_the_blind_spot_arms_share_the_gold_and_differ_as_the_plan_says():
     reference positive, RM lr 5e-5; the sham is cooper_strict with half its labels swapped."""
     from coop_jax.config import load_config_file, validate
     arms = ("rule_strict", "static_rm", "cooper_strict", "sham_cooper")
-    configs = {arm: _apply(load_config_file(real_model.CONFIG),
-                           real_model.arm_overrides("blind_spot", arm)) for arm in arms}
+    configs = {arm: _apply(load_config_file(lane.CONFIG),
+                           lane.arm_overrides("blind_spot", arm)) for arm in arms}
     flat = {arm: c.to_dict() for arm, c in configs.items()}
     differ = {arm: sorted(f"{section}.{k}" for section, fields in flat[arm].items()
                           if isinstance(fields, dict)
@@ -157,7 +157,7 @@ def test_the_blind_spot_arms_share_the_gold_and_differ_as_the_plan_says():
         validate(c, device_count=1)
     assert configs["cooper_strict"].cooper.learning_rate == 5e-5
     assert configs["sham_cooper"].cooper.pair_label_noise == 0.5
-    study = real_model.STUDIES["blind_spot"]
+    study = lane.STUDIES["blind_spot"]
     assert study["runs"][:4] == [f"{arm}_s0" for arm in arms] and len(study["runs"]) == 16
     assert study["heldout_label"] == "strict_correct"
 
@@ -165,7 +165,7 @@ def test_the_blind_spot_arms_share_the_gold_and_differ_as_the_plan_says():
 def test_strict_heldout_triples_take_the_strict_label():
     samples = [dict(s, strict_correct=s["correct"] and s["sample_index"] == 0)
                for s in _samples([True], [[True, True, False]])]
-    labels = [t["label"] for t in real_model.heldout_triples(samples, "strict_correct")]
+    labels = [t["label"] for t in lane.heldout_triples(samples, "strict_correct")]
     assert labels == [True, False]  # one strict-right, one wrong of its question
 
 
@@ -174,5 +174,5 @@ def test_run_logs_go_to_a_workdir_that_does_not_exist_yet(tmp_path):
     would create it, is skipped)."""
     import sys
     log = tmp_path / "runs" / "real_model" / "rule_s1.train.log"
-    assert real_model._sh([sys.executable, "-c", "print('step 1')"], str(log)) >= 0
+    assert lane._sh([sys.executable, "-c", "print('step 1')"], str(log)) >= 0
     assert log.read_text() == "step 1\n"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import save_tiny_hf_causal_lm
-from coop_jax.projects.real_model import verifyrm as real_verifyrm
+from coop_jax.projects.real_model import verifyrm
 from coop_jax.jsonl import read_jsonl
 
 TINY = ("--config.data.chat_template=False", "--config.data.max_prompt_len=256",
@@ -22,10 +22,10 @@ TINY = ("--config.data.chat_template=False", "--config.data.max_prompt_len=256",
 
 
 def test_sources_keep_the_rl_start_out_of_the_heldout_split():
-    plan = real_verifyrm.sources([40, 20])
+    plan = verifyrm.sources([40, 20])
     assert plan == {"base": ("train",), "rule_step20": ("train", "heldout"),
                     "rule_step40": ("heldout",), "program": ("train", "heldout")}
-    assert real_verifyrm.sources([5]) == {"base": ("train",), "rule_step5": ("heldout",),
+    assert verifyrm.sources([5]) == {"base": ("train",), "rule_step5": ("heldout",),
                                           "program": ("train", "heldout")}
 
 
@@ -38,7 +38,7 @@ def pipeline(tmp_path_factory):
             f"--workdir={root / 'work'}",
             f"--results={root / 'results'}", "--train_questions=6", "--heldout_questions=4",
             "--samples=2", "--generator_steps=1,2"]
-    report = real_verifyrm.cli(argv)
+    report = verifyrm.cli(argv)
     # what a passing RM's results keep (inputs/): the encoded RM without a decoded checkpoint
     from coop_jax.projects.reward_hacking.plan_inputs import KEPT_RM_FILES
     from coop_jax.projects.run_store import copy_files
@@ -92,7 +92,7 @@ def test_a_rerun_resumes_without_sampling_again(pipeline):
     root, argv, report = pipeline
     triples = root / "work" / "triples"
     stamps = {p: os.path.getmtime(p) for p in triples.glob("*.*.jsonl")}
-    again = real_verifyrm.cli(argv)
+    again = verifyrm.cli(argv)
     assert {p: os.path.getmtime(p) for p in stamps} == stamps
     assert again["heldout"]["accuracy"] == report["heldout"]["accuracy"]
 
@@ -100,18 +100,18 @@ def test_a_rerun_resumes_without_sampling_again(pipeline):
 def test_a_lora_rm_is_refused_naming_the_field(tmp_path):
     from absl.app import UsageError
     with pytest.raises((UsageError, SystemExit), match="reward_model.lora.rank"):
-        real_verifyrm.cli(["real_verifyrm", "--config=configs/smollm2_arithmetic.py",
+        verifyrm.cli(["real_verifyrm", "--config=configs/smollm2_arithmetic.py",
                            "--config.reward_model.lora.rank=4", f"--workdir={tmp_path}"])
 
 
 def test_cooper_starts_from_the_kept_portable_rm(pipeline):
     """`cooper.rm_checkpoint` may name the kept folder: coop-train decodes it onto
     `reward_model.hf_path` and scores the held-out triples as the gate did, then trains it."""
-    from coop_jax.trainer import loop as train
+    from coop_jax.trainer import cli
     root, _, report = pipeline
     kept, policy = root / "kept", root / "policy"
     work = root / "cooper"
-    train.main(["coop-train", "--config=configs/smollm2_arithmetic.py", *TINY,
+    cli.main(["coop-train", "--config=configs/smollm2_arithmetic.py", *TINY,
                 f"--config.model.hf_path={policy}", f"--workdir={work}",
                 "--config.reward.type=cooper", f"--config.cooper.rm_checkpoint={kept}",
                 f"--config.reward_model.hf_path={policy}", "--config.cooper.negative=rollout",

@@ -10,7 +10,7 @@ import pytest
 
 from coop_jax import stats
 from coop_jax.eval import report as report_lib
-from coop_jax.projects.reward_hacking import report as hacking_report
+from coop_jax.projects.reward_hacking import report
 
 STEPS = 20
 
@@ -60,13 +60,13 @@ def test_ols_slope():
 
 
 def test_derived_metrics_and_smoothing():
-    rows = hacking_report.add_hacking_gap([
+    rows = report.add_hacking_gap([
         {"step": 1, "proxy_reward_mean": 0.7, "rule_accuracy": 0.5, "kl_to_start_seq": 4.0},
         {"step": 2, "kl_to_start_seq": -0.01}])
     assert rows[0]["hacking_gap"] == pytest.approx(0.2)
     assert rows[0]["sqrt_kl_to_start"] == pytest.approx(2.0)
     assert rows[1]["sqrt_kl_to_start"] == 0.0 and "hacking_gap" not in rows[1]
-    smooth = hacking_report.smoothed([{"step": i, "x": float(i)} for i in range(5)] +
+    smooth = report.smoothed([{"step": i, "x": float(i)} for i in range(5)] +
                                      [{"step": 5}], ["x"], window=2)
     assert [r.get("x") for r in smooth] == [0.0, 0.5, 1.5, 2.5, 3.5, None]
 
@@ -75,26 +75,26 @@ def test_kept_run_dirs(tmp_path):
     a = fake_run(tmp_path, "rule", 0)
     b = fake_run(tmp_path, "static_rm", 0)
     os.makedirs(tmp_path / "not_a_run")
-    assert hacking_report.kept_run_dirs(str(tmp_path)) == sorted([a, b])
-    assert hacking_report.kept_run_dirs(a) == [a]
+    assert report.kept_run_dirs(str(tmp_path)) == sorted([a, b])
+    assert report.kept_run_dirs(a) == [a]
 
 
 def test_strict_gold_is_the_headline_when_every_run_has_it(tmp_path):
     dirs = [fake_run(tmp_path, "rule", 0, final_strict=0.4, final=0.7)]
     runs = [report_lib.load_run(d) for d in dirs]
-    gold, strict = hacking_report.gold_runs(runs)
+    gold, strict = report.gold_runs(runs)
     assert strict and gold[0]["summary"]["final_accuracy"] == 0.4
     assert gold[0]["summary"]["initial_accuracy"] == pytest.approx(0.25)  # the step-0 eval
     runs.append(report_lib.load_run(fake_run(tmp_path, "static_rm", 0, strict=False)))
-    gold, strict = hacking_report.gold_runs(runs)
+    gold, strict = report.gold_runs(runs)
     assert not strict and gold[0]["summary"]["final_accuracy"] == 0.7
 
 
 def test_probe_table_first_last_and_logp_trend(tmp_path):
     runs = [report_lib.load_run(fake_run(tmp_path, arm, s)) for arm in ("static_rm", "rule")
             for s in (0, 1)]
-    assert hacking_report.probe_patterns(runs) == ["empty", "praise"]
-    table = hacking_report.probe_table(runs)
+    assert report.probe_patterns(runs) == ["empty", "praise"]
+    table = report.probe_table(runs)
     praise = table["static_rm"]["praise"]
     assert praise["false_accept_first"]["mean"] == pytest.approx(0.1)
     assert praise["false_accept_last"]["mean"] == pytest.approx(0.5)
@@ -102,7 +102,7 @@ def test_probe_table_first_last_and_logp_trend(tmp_path):
     assert praise["first_step"]["mean"] == 0 and praise["last_step"]["mean"] == STEPS
     assert "false_accept_first" not in table["rule"]["praise"]  # no RM
     assert table["rule"]["praise"]["logp_last"]["mean"] == pytest.approx(-2.8)
-    md = "\n".join(hacking_report.probe_markdown(table))
+    md = "\n".join(report.probe_markdown(table))
     assert "| rule | praise | n/a | n/a | -3.000" in md
 
 
@@ -110,8 +110,8 @@ def test_gold_and_proxy_against_sqrt_kl(tmp_path):
     runs = [report_lib.load_run(fake_run(tmp_path, "static_rm", s, kl_rate=0.04 * (s + 1)))
             for s in (0, 1)]
     for r in runs:
-        r["metrics"] = hacking_report.add_hacking_gap(r["metrics"])
-    curves = hacking_report.kl_curves(runs, window=1)["static_rm"]
+        r["metrics"] = report.add_hacking_gap(r["metrics"])
+    curves = report.kl_curves(runs, window=1)["static_rm"]
     assert curves["steps"][0] == 1 and len(curves["steps"]) == STEPS
     # mean over the two seeds of sqrt(0.04 * step) and sqrt(0.08 * step) at step 4
     expected = (math.sqrt(0.16) + math.sqrt(0.32)) / 2
@@ -122,9 +122,9 @@ def test_gold_and_proxy_against_sqrt_kl(tmp_path):
     assert held["sqrt_kl"][0] == 0.0 and held["accuracy"][0] == pytest.approx(0.25)
     assert len(held["sqrt_kl"]) == 3 and held["sqrt_kl"][-1] > held["sqrt_kl"][1] > 0
     out = tmp_path / "kl.png"
-    assert hacking_report.plot_kl_curves({"static_rm": curves}, str(out))
+    assert report.plot_kl_curves({"static_rm": curves}, str(out))
     assert out.stat().st_size > 0
-    assert not hacking_report.plot_kl_curves({}, str(tmp_path / "none.png"))
+    assert not report.plot_kl_curves({}, str(tmp_path / "none.png"))
 
 
 def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
@@ -132,7 +132,7 @@ def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
     for arm in ("rule", "static_rm", "cooper_consistent_wrong"):
         for s in (0, 1):
             fake_run(root, arm, s, final_strict=0.4 + 0.1 * s)
-    out = hacking_report.main([str(root), "--out", str(tmp_path / "out")])
+    out = report.main([str(root), "--out", str(tmp_path / "out")])
     assert out["gold"] == "strict" and not out["partial"]
     assert out["groups"]["rule"]["final_accuracy"]["mean"] == pytest.approx(0.45)
     assert out["groups_lenient"]["rule"]["final_accuracy"]["mean"] == pytest.approx(0.6)
@@ -147,27 +147,27 @@ def test_report_over_kept_runs_reads_the_new_metrics(tmp_path):
     assert "strict numeric gold" in md and "onpolicy_rm.png" in md and "| static_rm | praise" in md
     assert "python -m coop_jax.projects.reward_hacking.report" in md
     with pytest.raises(SystemExit):
-        hacking_report.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
+        report.main([str(tmp_path / "out"), "--out", str(tmp_path / "o2")])
 
 
 # ---------------------------------------------------------------- the pre-registered analysis
-from coop_jax.projects.reward_hacking import analysis as hacking_analysis  # noqa: E402
+from coop_jax.projects.reward_hacking import analysis  # noqa: E402
 
 
-_load = hacking_report.load_runs
+_load = report.load_runs
 
 
 def test_paired_contrast_and_tail_mean():
-    c = hacking_analysis.paired_contrast({0: 0.5, 1: 0.7, 2: 0.4, 3: 0.9},
+    c = analysis.paired_contrast({0: 0.5, 1: 0.7, 2: 0.4, 3: 0.9},
                                          {0: 0.4, 1: 0.5, 2: 0.5})
     assert c["seeds"] == [0, 1, 2] and c["differences"] == pytest.approx([0.1, 0.2, -0.1])
     assert c["mean"] == pytest.approx(0.2 / 3) and c["n"] == 3
     assert c["ci_low"] < 0 < c["ci_high"]
-    one = hacking_analysis.paired_contrast({0: 0.5}, {0: 0.1, 1: 0.2})
+    one = analysis.paired_contrast({0: 0.5}, {0: 0.1, 1: 0.2})
     assert one["mean"] == pytest.approx(0.4) and one["half_width"] is None
     rows = [{"step": s, "g": float(s)} for s in range(1, 11)] + [{"step": 11}]
-    assert hacking_analysis.tail_mean(rows, "g", 0.2) == pytest.approx(9.5)  # steps 9, 10
-    assert math.isnan(hacking_analysis.tail_mean(rows, "missing"))
+    assert analysis.tail_mean(rows, "g", 0.2) == pytest.approx(9.5)  # steps 9, 10
+    assert math.isnan(analysis.tail_mean(rows, "missing"))
 
 
 def test_contrasts_pair_on_shared_seeds_and_report_every_sign(tmp_path):
@@ -176,7 +176,7 @@ def test_contrasts_pair_on_shared_seeds_and_report_every_sign(tmp_path):
                       final_strict=0.6 + 0.01 * s + 0.001 * s * s) for s in range(5)]
     dirs += [fake_run(tmp_path, "rule", s, final_strict=0.45 + 0.011 * s) for s in range(5)]
     dirs += [fake_run(tmp_path, "random", s, final_strict=0.3 + 0.002 * s) for s in range(3)]
-    result = hacking_analysis.analyse(_load(dirs))
+    result = analysis.analyse(_load(dirs))
     assert result["gold"] == "strict"
     c = {x["name"]: x for x in result["contrasts"]}
     primary = c["cooper_consistent_wrong - static_rm"]
@@ -191,7 +191,7 @@ def test_contrasts_pair_on_shared_seeds_and_report_every_sign(tmp_path):
     gaps = result["hacking_gaps"]
     assert set(gaps) == {"static_rm", "cooper_consistent_wrong"}  # rule / random: no RM
     assert gaps["static_rm"]["mean"] == pytest.approx(0.1)  # proxy 0.6 - rule 0.5
-    md = "\n".join(hacking_analysis.markdown(result))
+    md = "\n".join(analysis.markdown(result))
     assert "| cooper_rollout - static_rm | secondary | — | not run | — |" in md
     assert "| random - static_rm | secondary | 0,1,2 |" in md
 
@@ -199,7 +199,7 @@ def test_contrasts_pair_on_shared_seeds_and_report_every_sign(tmp_path):
 def test_precondition_hacked_by_a_falling_rm_accuracy(tmp_path):
     falling = [fake_run(tmp_path, "static_rm", s,
                         rm_acc=lambda t, s=s: 0.95 - (0.01 + 0.001 * s) * t) for s in range(3)]
-    pc = hacking_analysis.analyse(_load(falling))["precondition"]
+    pc = analysis.analyse(_load(falling))["precondition"]
     assert pc["occurred"] and pc["rm_accuracy_falls"] and not pc["gap_exceeds_threshold"]
     assert pc["slope_per_100_steps"]["mean"] == pytest.approx(-1.1)
     assert pc["statement"].startswith("The precondition occurred")
@@ -207,7 +207,7 @@ def test_precondition_hacked_by_a_falling_rm_accuracy(tmp_path):
 
 def test_precondition_hacked_by_the_gap(tmp_path):
     wide = [fake_run(tmp_path, "static_rm", s, proxy=0.7 + 0.01 * s, rule=0.5) for s in range(3)]
-    pc = hacking_analysis.analyse(_load(wide))["precondition"]
+    pc = analysis.analyse(_load(wide))["precondition"]
     assert pc["occurred"] and pc["gap_exceeds_threshold"] and not pc["rm_accuracy_falls"]
     assert pc["final_gap"] == pytest.approx(0.21)
 
@@ -217,13 +217,13 @@ def test_precondition_did_not_occur(tmp_path):
     flat = [fake_run(tmp_path, "static_rm", s, proxy=0.55,
                      rm_acc=lambda t, s=s: 0.9 + (0.001 if s % 2 else -0.001) * t)
             for s in range(4)]
-    result = hacking_analysis.analyse(_load(flat))
+    result = analysis.analyse(_load(flat))
     pc = result["precondition"]
     assert pc["occurred"] is False and pc["slope"]["ci_low"] < 0 < pc["slope"]["ci_high"]
     assert "the precondition did not occur" in pc["statement"].lower()
     assert "not evidence for or against Cooper" in pc["statement"]
-    assert hacking_analysis.precondition({})["occurred"] is None
-    out = hacking_report.write_hacking_report(flat, str(tmp_path / "out"))
+    assert analysis.precondition({})["occurred"] is None
+    out = report.write_hacking_report(flat, str(tmp_path / "out"))
     md = (tmp_path / "out" / "report.md").read_text()
     assert "The precondition did not occur" in md and "## Pre-registered analysis" in md
     assert out["analysis"]["precondition"]["occurred"] is False
@@ -238,7 +238,7 @@ def test_an_earlier_attempt_is_reported_beside_and_not_pooled(tmp_path):
     for s in (0, 1):
         fake_run(tmp_path / "a2", "static_rm", s, final_strict=0.3)
         fake_run(tmp_path / "a2", "cooper_consistent_wrong", s, final_strict=0.5 + 0.02 * s)
-    out = hacking_report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "out"),
+    out = report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "out"),
                                "--beside", f"attempt 1={tmp_path / 'a1'}"])
     earlier = out["beside"]["attempt 1"]["contrasts"][0]
     now = out["analysis"]["contrasts"][0]
@@ -251,5 +251,5 @@ def test_an_earlier_attempt_is_reported_beside_and_not_pooled(tmp_path):
     assert "-9.00 [" in row and "(3 pairs)" in row and "+21.00 [" in row and "(2 pairs)" in row
     assert "| cooper_rollout - static_rm (pp) | not run | not run |" in md
     with pytest.raises(SystemExit):
-        hacking_report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "o2"),
+        report.main([str(tmp_path / "a2"), "--out", str(tmp_path / "o2"),
                              "--beside", str(tmp_path / "a1")])  # no LABEL=

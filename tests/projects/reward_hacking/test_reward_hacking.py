@@ -12,7 +12,7 @@ from conftest import REPO, repo_config
 from coop_jax import checkpoint
 from coop_jax.trainer import cooper, rewards
 from coop_jax.data.synthetic import make_dataset, solution_error_kind
-from coop_jax.projects.reward_hacking import report as hacking_report, driver as reward_hacking
+from coop_jax.projects.reward_hacking import driver, report
 from coop_jax.verify import RuleVerifier
 
 ROOT = str(REPO)
@@ -44,7 +44,7 @@ def test_heldout_rewrites_are_consistent_wrong_one_per_question(verifier):
     records = make_dataset(8, seed=4)
     triples = [{"question": r["question"], "reference": r["reference"],
                 "completion": r["solution"], "label": True} for r in records for _ in range(2)]
-    made = reward_hacking.consistent_wrong_triples(triples, verifier, seed=0)
+    made = driver.consistent_wrong_triples(triples, verifier, seed=0)
     assert len(made) == len({r["question"] for r in records})
     for t in made:
         assert t["label"] is False
@@ -54,10 +54,10 @@ def test_heldout_rewrites_are_consistent_wrong_one_per_question(verifier):
 
 def test_arms_share_everything_but_reward_and_negative():
     config = reward_hacking_config()
-    configs = {arm: reward_hacking.run_config(config, arm, 1, "/policy", "/rm", "/held.jsonl")
-               for arm in reward_hacking.ARMS}
+    configs = {arm: driver.run_config(config, arm, 1, "/policy", "/rm", "/held.jsonl")
+               for arm in driver.ARMS}
     flat = {arm: c.to_dict() for arm, c in configs.items()}
-    overridden = {f for o in reward_hacking.ARM_OVERRIDES.values() for f in o}
+    overridden = {f for o in driver.ARM_OVERRIDES.values() for f in o}
     for c in flat.values():
         c["reward"].pop("type")
         c["cooper"].pop("negative")
@@ -71,7 +71,7 @@ def test_arms_share_everything_but_reward_and_negative():
     assert configs["cooper_perturb"].cooper.negative == "perturb"
     assert configs["cooper_consistent_wrong"].cooper.negative == "consistent_wrong"
     assert configs["random"].reward.type == "random" and configs["random"].cooper.rm_checkpoint == ""
-    default = reward_hacking._methods(config.experiment.methods)
+    default = driver._methods(config.experiment.methods)
     assert "random" in default and "cooper_perturb" not in default  # dropped for time
     assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
     assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
@@ -88,21 +88,21 @@ def test_arms_share_everything_but_reward_and_negative():
     assert configs["static_rm_drgrpo"].rl.advantage == "drgrpo"
     assert configs["static_rm"].rl.advantage == "grpo" and not configs["static_rm"].reward.threshold
     assert configs["static_rm_threshold"].reward.threshold is True
-    from coop_jax.trainer.loop import validate_config
+    from coop_jax.trainer.setup import validate_config
     for arm in ("cooper_rollout_hardest", "cooper_hardest_ref", "sham_cooper", "static_rm_drgrpo",
                 "static_rm_threshold"):
         validate_config(configs[arm], device_count=1)
     with pytest.raises(ValueError, match="experiment.methods"):
-        reward_hacking.run_config(config, "cooper_magic", 0, "", "", "")
+        driver.run_config(config, "cooper_magic", 0, "", "", "")
 
 
 def test_methods_and_seeds_select_a_subset():
-    assert reward_hacking._methods("rule, cooper_perturb") == ["rule", "cooper_perturb"]
-    assert reward_hacking._methods(("static_rm",)) == ["static_rm"]
-    assert reward_hacking._seeds("0,2") == [0, 2] and reward_hacking._seeds(1) == [1]
-    assert reward_hacking._seeds((0, 1)) == [0, 1]
+    assert driver._methods("rule, cooper_perturb") == ["rule", "cooper_perturb"]
+    assert driver._methods(("static_rm",)) == ["static_rm"]
+    assert driver._seeds("0,2") == [0, 2] and driver._seeds(1) == [1]
+    assert driver._seeds((0, 1)) == [0, 1]
     with pytest.raises(ValueError, match="unknown arm 'cooper'"):
-        reward_hacking._methods("cooper")
+        driver._methods("cooper")
 
 
 def reward_hacking_config():
@@ -128,7 +128,7 @@ def test_report_gap_diagnostics_and_partial_label(tmp_path):
     runs = [_fake_run(tmp_path, "cooper_perturb", 0, 0.8, 0.2, 0.1),
             _fake_run(tmp_path, "cooper_perturb", 1, 0.6, 0.2, 0.2),
             _fake_run(tmp_path, "rule", 0, 0.5, 0.5, 0.6)]
-    out = hacking_report.write_hacking_report(
+    out = report.write_hacking_report(
         runs, str(tmp_path / "out"), expected={"cooper_perturb": [0, 1], "rule": [0, 1]})
     gap = out["diagnostics"]["cooper_perturb"]["hacking_gap"]
     assert gap["mean"] == pytest.approx(0.5) and gap["half_width"] > 0
@@ -138,7 +138,7 @@ def test_report_gap_diagnostics_and_partial_label(tmp_path):
     md = (tmp_path / "out" / "report.md").read_text()
     assert "PARTIAL" in md and "rule seed 1" in md and "cooper_perturb" in md
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
-    complete = hacking_report.write_hacking_report(runs, str(tmp_path / "all"),
+    complete = report.write_hacking_report(runs, str(tmp_path / "all"),
                                                    expected={"cooper_perturb": [0, 1]})
     assert not complete["partial"]
 
@@ -148,7 +148,7 @@ def test_rm_learning_curve(tmp_path):
             {"step": 10, "epoch": 1, "loss": 0.3},
             {"step": 20, "epoch": 1, "heldout/accuracy": 0.95, "heldout/auc": 0.99}]
     (tmp_path / "rm_metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    curve = hacking_report.plot_rm_learning_curve(str(tmp_path), batch_size=32)
+    curve = report.plot_rm_learning_curve(str(tmp_path), batch_size=32)
     assert [r["examples_seen"] for r in curve] == [0, 640]
     assert curve[-1]["heldout_accuracy"] == 0.95
     assert (tmp_path / "rm_learning_curve.png").stat().st_size > 0
@@ -169,7 +169,7 @@ def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
     from coop_jax.rm.input import write_triples
     write_triples(train_path, triples[::2])
     write_triples(held_path, triples[1::2])
-    summary = reward_hacking.static_rm(config, train_path, held_path, str(tmp_path / "rm"))
+    summary = driver.static_rm(config, train_path, held_path, str(tmp_path / "rm"))
     assert 0 <= summary["heldout_accuracy"] <= 1 and 0 <= summary["heldout_auc"] <= 1
     assert set(summary["heldout_by_kind"]) == {"correct", "final_mismatch"}
     assert sum(v["n"] for v in summary["heldout_by_kind"].values()) == 12
@@ -179,7 +179,7 @@ def test_static_rm_stage_records_competence_and_learning_curve(tmp_path):
     saved = json.loads((tmp_path / "rm" / "rm_summary.json").read_text())
     assert saved["heldout_by_kind"] == summary["heldout_by_kind"]
     # trained again from the same files: the same RM, bit for bit (the rebuild check)
-    again = reward_hacking.static_rm(config, train_path, held_path, str(tmp_path / "rm2"))
+    again = driver.static_rm(config, train_path, held_path, str(tmp_path / "rm2"))
     assert again["digests"] == summary["digests"]
     assert set(summary["digests"]) == {"train_triples", "heldout_triples", "rm_params"}
 
@@ -202,20 +202,20 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
     config.cooper.update(heldout_every=1)
     config.data.num_eval = 2
     config.train.update(steps=1, eval_every=1, checkpoint_every=1)
-    out = reward_hacking.main(config, str(tmp_path))
+    out = driver.main(config, str(tmp_path))
     assert not out["partial"] and set(out["groups"]) == {"cooper_consistent_wrong"}
     rm = json.loads((tmp_path / "static_rm" / "rm_summary.json").read_text())
     assert {"heldout_accuracy", "heldout_auc", "heldout_by_kind", "cpu_seconds"} <= set(rm)
-    assert rm["cpu"] == reward_hacking.cpu_model()
+    assert rm["cpu"] == driver.cpu_model()
     run = tmp_path / "runs" / "cooper_consistent_wrong_s0"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["arm"] == "cooper_consistent_wrong" and summary["method"] == "cooper"
     assert summary["negative"] == "consistent_wrong" and summary["cpu_seconds"] > 0
-    assert summary["cpu"] == reward_hacking.cpu_model() != ""
+    assert summary["cpu"] == driver.cpu_model() != ""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert "rm_heldout_accuracy" in rows[0] and "pairs/valid" in rows[-1]
     assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()
-    assert f"{reward_hacking.cpu_model()} (1)" in (tmp_path / "report.md").read_text()
+    assert f"{driver.cpu_model()} (1)" in (tmp_path / "report.md").read_text()
     # the run's checkpoint names its RM's tokenizer (SmolLM2's), not the policy's
     run_rm_meta = checkpoint.load_model(str(run), "rm")[2]
     static_meta = checkpoint.load_model(str(tmp_path / "static_rm_portable"), "rm")[2]
@@ -243,10 +243,10 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     config.data.num_eval = 2
     config.train.update(steps=1, eval_every=1, checkpoint_every=1)
     config.experiment.rollout_diagnostic = 2
-    reward_hacking.main(config, str(tmp_path / "w1"))
+    driver.main(config, str(tmp_path / "w1"))
     kept = results / "plan" / "inputs"
     assert {p.name for p in kept.iterdir()} >= {"start_policy", *plan_inputs.KEPT_RM_FILES}
-    out = reward_hacking.main(config, str(tmp_path / "w2"))
+    out = driver.main(config, str(tmp_path / "w2"))
     assert not (tmp_path / "w2" / "static_rm").exists()  # no corpus, no RM training
     assert (tmp_path / "w2" / "sft_policy" / "model.safetensors").read_bytes() == (
         tmp_path / "w1" / "sft_policy" / "model.safetensors").read_bytes()
@@ -259,14 +259,14 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
     # the clean-clone check: rebuild everything and compare with the kept digests
     before = {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()}
     config.experiment.rebuild_inputs = True
-    reward_hacking.main(config, str(tmp_path / "w3"))
+    driver.main(config, str(tmp_path / "w3"))
     assert (tmp_path / "w3" / "static_rm" / "checkpoints").exists()  # trained again
     assert {p.name: p.read_bytes() for p in kept.iterdir() if p.is_file()} == before
     summary = json.loads((kept / "rm_summary.json").read_text())
     summary["digests"]["train_triples"] = "0" * 16
     (kept / "rm_summary.json").write_text(json.dumps(summary))
-    with pytest.raises(reward_hacking.results_page.RebuildMismatch, match="train_triples"):
-        reward_hacking.main(config, str(tmp_path / "w3"))  # the same rebuild, other kept digest
+    with pytest.raises(driver.results_page.RebuildMismatch, match="train_triples"):
+        driver.main(config, str(tmp_path / "w3"))  # the same rebuild, other kept digest
 
 
 def _check_diagnostic_reruns(config, tmp_path, results):
@@ -442,12 +442,12 @@ def test_driver_chooses_the_static_rm_corpus(tmp_path):
     import ml_collections
     config.experiment = ml_collections.ConfigDict(dict(
         rm_corpus="offline", rm_questions=8, heldout_fraction=0.25))
-    paths = reward_hacking.static_rm_data(config, "/sft", str(tmp_path))
+    paths = driver.static_rm_data(config, "/sft", str(tmp_path))
     assert all(os.path.exists(p) for p in paths)
     assert (tmp_path / "corpus_manifest.json").exists()
     config.experiment.rm_corpus = "judge"
     with pytest.raises(ValueError, match="experiment.rm_corpus"):
-        reward_hacking.static_rm_data(config, "/sft", str(tmp_path / "other"))
+        driver.static_rm_data(config, "/sft", str(tmp_path / "other"))
     assert reward_hacking_config().experiment.rm_corpus == "offline"
 
 
@@ -459,22 +459,22 @@ def test_the_plan_settings_and_the_one_arm_rerun():
     assert config.train.steps >= 200 and config.data.num_eval >= 1000
     assert config.verifier.extraction == "strict_numeric" and config.rl.log_kl_to_start
     assert config.probes.every == 10 and config.experiment.rm_corpus == "offline"
-    runs = reward_hacking.expected_runs(config)
+    runs = driver.expected_runs(config)
     assert runs == {arm: [0, 1, 2, 3, 4] for arm in
                     ("rule", "static_rm", "cooper_rollout", "cooper_consistent_wrong")} | {
         "random": [0, 1, 2]}
     config.experiment.update(methods="static_rm", seeds="0")  # the CLI's override, as text
-    assert reward_hacking.expected_runs(config) == {"static_rm": [0]}
+    assert driver.expected_runs(config) == {"static_rm": [0]}
 
 
 def test_competence_gate_stops_before_any_run():
     good = {"heldout_accuracy": 0.93, "heldout_auc": 0.99, "num_heldout": 100}
-    reward_hacking.competence_gate(good, 0.90, 0.95)
-    reward_hacking.competence_gate(good | {"heldout_auc": None}, 0.90, 0.0)  # AUC not gated
-    with pytest.raises(reward_hacking.IncompetentRM, match="accuracy 0.85 < 0.9"):
-        reward_hacking.competence_gate(good | {"heldout_accuracy": 0.85}, 0.90, 0.95)
-    with pytest.raises(reward_hacking.IncompetentRM, match="AUC n/a < 0.95"):
-        reward_hacking.competence_gate(good | {"heldout_auc": None}, 0.90, 0.95)
+    driver.competence_gate(good, 0.90, 0.95)
+    driver.competence_gate(good | {"heldout_auc": None}, 0.90, 0.0)  # AUC not gated
+    with pytest.raises(driver.IncompetentRM, match="accuracy 0.85 < 0.9"):
+        driver.competence_gate(good | {"heldout_accuracy": 0.85}, 0.90, 0.95)
+    with pytest.raises(driver.IncompetentRM, match="AUC n/a < 0.95"):
+        driver.competence_gate(good | {"heldout_auc": None}, 0.90, 0.95)
 
 
 def _fake_store(monkeypatch, rule_accuracy: float) -> list:
@@ -485,31 +485,31 @@ def _fake_store(monkeypatch, rule_accuracy: float) -> list:
         dirs = []
         for arm, seed in runs:
             ran.append((arm, seed))
-            d = reward_hacking.run_store.kept_dir(results_dir or workdir, arm, seed)
+            d = driver.run_store.kept_dir(results_dir or workdir, arm, seed)
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "summary.json"), "w") as fh:
                 json.dump({"seed": seed, "final_accuracy": 0.1,
                            "final_accuracy_strict": rule_accuracy}, fh)
             dirs.append(d)
         return dirs
-    monkeypatch.setattr(reward_hacking.run_store, "run_all", run_all)
+    monkeypatch.setattr(driver.run_store, "run_all", run_all)
     return ran
 
 
 def _fake_stages(monkeypatch, rm_accuracy: float) -> list:
     built = []
-    monkeypatch.setattr(reward_hacking, "sft_policy", lambda c, d: d)
-    monkeypatch.setattr(reward_hacking, "probe_set", lambda c, p: "")
-    monkeypatch.setattr(reward_hacking.hf, "load", lambda d: types.SimpleNamespace(params={}))
-    monkeypatch.setattr(reward_hacking, "static_rm_data",
+    monkeypatch.setattr(driver, "sft_policy", lambda c, d: d)
+    monkeypatch.setattr(driver, "probe_set", lambda c, p: "")
+    monkeypatch.setattr(driver.hf, "load", lambda d: types.SimpleNamespace(params={}))
+    monkeypatch.setattr(driver, "static_rm_data",
                         lambda c, p, d: built.append("corpus") or ("t.jsonl", "h.jsonl"))
-    monkeypatch.setattr(reward_hacking, "static_rm", lambda c, t, h, d: built.append("rm") or {
+    monkeypatch.setattr(driver, "static_rm", lambda c, t, h, d: built.append("rm") or {
         "heldout_accuracy": rm_accuracy, "heldout_auc": 0.97, "num_heldout": 50})
-    monkeypatch.setattr(reward_hacking.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
+    monkeypatch.setattr(driver.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
         "heldout_accuracy": rm_accuracy, "heldout_auc": 0.97, "num_heldout": 50})
-    monkeypatch.setattr(reward_hacking.plan_inputs, "keep",
+    monkeypatch.setattr(driver.plan_inputs, "keep",
                         lambda p, rm, r, c: built.append("keep" + ("+rm" if rm else "")))
-    monkeypatch.setattr(reward_hacking.results_page, "keep_static_rm", lambda *a: None)
+    monkeypatch.setattr(driver.results_page, "keep_static_rm", lambda *a: None)
     return built
 
 
@@ -518,8 +518,8 @@ def test_driver_stops_at_the_gate_before_any_rm_arm(tmp_path, monkeypatch):
     config = reward_hacking_config()
     config.experiment.results_dir = ""
     built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.5)
-    with pytest.raises(reward_hacking.IncompetentRM, match="before any run of an RM arm"):
-        reward_hacking.main(config, str(tmp_path))
+    with pytest.raises(driver.IncompetentRM, match="before any run of an RM arm"):
+        driver.main(config, str(tmp_path))
     assert ran == [("rule", 0)] and built == ["corpus", "rm"]  # no results_dir: nothing kept
 
 
@@ -531,21 +531,21 @@ def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
     results = tmp_path / "results"
     config.experiment.results_dir = str(results)
     built, ran = _fake_stages(monkeypatch, 0.8), _fake_store(monkeypatch, 0.93)
-    with pytest.raises(reward_hacking.NoHeadroom, match="0.930 >= .*headroom_max_accuracy 0.9"):
-        reward_hacking.main(config, str(tmp_path / "w1"))
+    with pytest.raises(driver.NoHeadroom, match="0.930 >= .*headroom_max_accuracy 0.9"):
+        driver.main(config, str(tmp_path / "w1"))
     assert ran == [("rule", 0)] and built == ["keep"]  # the start policy only
     decision = json.loads((results / "plan" / "headroom.json").read_text())
     assert decision["final_accuracy"] == 0.93 and decision["strict_gold"]
     assert decision["choice"].startswith("no headroom")
 
-    monkeypatch.setattr(reward_hacking.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
+    monkeypatch.setattr(driver.plan_inputs, "portable_rm", lambda c, r, t, h, d: {
         "heldout_accuracy": 0.99, "heldout_auc": 0.99, "num_heldout": 50})
     monkeypatch.setattr("coop_jax.projects.reward_hacking.report.write_hacking_report",
                         lambda dirs, workdir, **kw: {"runs": dirs})
-    monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
+    monkeypatch.setattr(driver.results_page, "publish", lambda *a: None)
     ran = _fake_store(monkeypatch, 0.6)
     config.experiment.update(seeds="0,1", random_seeds=1)
-    report = reward_hacking.main(config, str(tmp_path / "w2"))
+    report = driver.main(config, str(tmp_path / "w2"))
     arms = ["rule", "static_rm", "cooper_rollout", "cooper_consistent_wrong", "random"]
     assert ran == [(a, 0) for a in arms] + [(a, 1) for a in arms[:-1]]
     assert len(report["runs"]) == len(ran)
@@ -555,7 +555,7 @@ def test_headroom_check_on_the_rule_arm_before_the_rm(tmp_path, monkeypatch):
 
 def test_run_order_is_seed_by_seed():
     expected = {"rule": [0, 1, 2], "static_rm": [0, 1, 2], "random": [0, 1]}
-    assert reward_hacking.run_order(expected) == [
+    assert driver.run_order(expected) == [
         ("rule", 0), ("static_rm", 0), ("random", 0), ("rule", 1), ("static_rm", 1),
         ("random", 1), ("rule", 2), ("static_rm", 2)]
 
@@ -579,11 +579,11 @@ def test_commit_refuses_an_ignored_results_dir_before_any_work(tmp_path, monkeyp
     root = str(REPO)
     run_store.ensure_committable(os.path.join(root, reward_hacking_config().experiment.results_dir))
     calls = []
-    monkeypatch.setattr(reward_hacking, "sft_policy", lambda *a: calls.append(a))
+    monkeypatch.setattr(driver, "sft_policy", lambda *a: calls.append(a))
     config = reward_hacking_config()
     config.experiment.results_dir = str(repo / "runs" / "results")
     with pytest.raises(ValueError, match="git ignores"):
-        reward_hacking.main(config, str(tmp_path / "w"), commit=True)
+        driver.main(config, str(tmp_path / "w"), commit=True)
     assert calls == []
 
 
@@ -613,8 +613,8 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
     config.experiment = ml_collections.ConfigDict(dict(
         rm_corpus="offline", rm_questions=6, heldout_fraction=0.25, samples_per_question=2,
         corpus_sft_policies="seed=11,corrupt=0.3,steps=3", corpus_sft_questions=4))
-    policy = reward_hacking.sft_policy(config, str(tmp_path / "sft"))
-    reward_hacking.static_rm_data(config, policy, str(tmp_path / "rm"))
+    policy = driver.sft_policy(config, str(tmp_path / "sft"))
+    driver.static_rm_data(config, policy, str(tmp_path / "rm"))
     info = json.loads((tmp_path / "rm" / "corpus_manifest.json").read_text())
     gens = {g: v for g, v in info["generators"].items() if g.startswith("sft_policy/")}
     assert list(gens) == ["sft_policy/corrupt_fraction=0.3,seed=11,steps=3"]
@@ -629,7 +629,7 @@ def test_offline_corpus_with_sft_policy_generators(tmp_path):
     # every generator's kept triples, the SFT policies' included, are in the corpus files
     assert len(kept) == info["label_balance"]["num_triples"] == sum(
         v["kept"] for v in info["generators"].values())
-    records = reward_hacking.train.load_records(config).train[:2]
+    records = driver.setup.load_records(config).train[:2]
     same = {"settings": rm_corpus.digest(rm_corpus.sft_settings(config, config.seed)),
             "params": rm_corpus.params_digest(hf.load(policy).params)}
     with pytest.raises(ValueError, match="start policy's SFT settings"):
@@ -658,24 +658,24 @@ def test_a_one_seed_driver_reports_against_the_whole_plan(tmp_path, monkeypatch)
     seen = {}
     monkeypatch.setattr("coop_jax.projects.reward_hacking.report.write_hacking_report",
                         lambda dirs, workdir, **kw: seen.update(kw, dirs=dirs) or {})
-    monkeypatch.setattr(reward_hacking.results_page, "publish", lambda *a: None)
+    monkeypatch.setattr(driver.results_page, "publish", lambda *a: None)
     plan = expected_runs(load_config_file("configs/toy_hacking.py"))
     assert sum(map(len, plan.values())) == 23  # 4 arms x 5 seeds + random x 3
-    reward_hacking.main(config, str(tmp_path / "w"), plan=plan)
+    driver.main(config, str(tmp_path / "w"), plan=plan)
     assert ran == [("rule", 1)] and seen["expected"] == plan
     assert sorted(os.path.basename(d) for d in seen["dirs"]) == ["rule_s1", "static_rm_s0"]
-    reward_hacking.main(config, str(tmp_path / "w"))  # no plan given: the selection
+    driver.main(config, str(tmp_path / "w"))  # no plan given: the selection
     assert seen["expected"] == {"rule": [1]}
 
 
 def test_the_driver_reads_its_plan_from_the_config_file(monkeypatch, capsys):
     """`cli` passes main the config file's own selection, whatever the overrides choose."""
     seen = {}
-    monkeypatch.setattr(reward_hacking, "main", lambda config, workdir, command, commit, plan:
+    monkeypatch.setattr(driver, "main", lambda config, workdir, command, commit, plan:
                         seen.update(plan=plan, seeds=config.experiment.seeds, command=command)
                         or {"ok": 1})
-    monkeypatch.setattr(reward_hacking.train, "log_with_times", lambda: None)
-    out = reward_hacking.cli(["reward_hacking", "--config=configs/toy_hacking.py",
+    monkeypatch.setattr(driver.console, "log_with_times", lambda: None)
+    out = driver.cli(["reward_hacking", "--config=configs/toy_hacking.py",
                               "--config.experiment.seeds=0", "--workdir=unused"])
     assert out == {"ok": 1} and seen["seeds"] == "0"
     assert seen["plan"]["rule"] == [0, 1, 2, 3, 4] and seen["plan"]["random"] == [0, 1, 2]
@@ -688,15 +688,15 @@ def test_earlier_attempts_are_found_under_the_results_folder(tmp_path):
             os.makedirs(tmp_path / attempt / "runs" / run)
             (tmp_path / attempt / "runs" / run / "summary.json").write_text("{}")
     os.makedirs(tmp_path / "runs" / "rule_s1")  # this attempt's: not an earlier one
-    found = reward_hacking.earlier_attempts(str(tmp_path))
+    found = driver.earlier_attempts(str(tmp_path))
     assert list(found) == ["attempt 1", "attempt 2"]
     assert [os.path.basename(d) for d in found["attempt 1"]] == ["rule_s0", "static_rm_s0"]
-    assert reward_hacking.earlier_attempts(str(tmp_path / "none")) == {}
+    assert driver.earlier_attempts(str(tmp_path / "none")) == {}
 
 
 def test_every_experiment_field_has_a_description():
     fields = {f"experiment.{k}" for k in reward_hacking_config().experiment}
-    assert fields == set(reward_hacking.EXPERIMENT_FIELD_DOCS)
+    assert fields == set(driver.EXPERIMENT_FIELD_DOCS)
 
 
 def test_a_stopped_run_is_not_kept_and_nothing_after_it_starts(tmp_path):
@@ -726,10 +726,10 @@ def test_the_recorded_cpu_tells_vector_widths_apart(tmp_path):
         path.write_text(core + "\n" + core.replace("model\t\t: 1", "model\t\t: 9"))
         return str(path)
 
-    assert reward_hacking.cpu_model(cpuinfo("fpu sse2 avx2")) == "AMD EPYC (family 25 model 1, AVX2)"
-    assert (reward_hacking.cpu_model(cpuinfo("fpu avx2 avx512f avx512dq"))
+    assert driver.cpu_model(cpuinfo("fpu sse2 avx2")) == "AMD EPYC (family 25 model 1, AVX2)"
+    assert (driver.cpu_model(cpuinfo("fpu avx2 avx512f avx512dq"))
             == "AMD EPYC (family 25 model 1, AVX-512)")
-    assert reward_hacking.cpu_model(str(tmp_path / "missing")) != ""
+    assert driver.cpu_model(str(tmp_path / "missing")) != ""
 
 
 def test_attempt_3_draw_1_runs_beside_attempt_2_and_draw_2_changes_only_the_draw():
@@ -746,7 +746,7 @@ def test_attempt_3_draw_1_runs_beside_attempt_2_and_draw_2_changes_only_the_draw
     with open("docs/results/reward_hacking/runs/static_rm_s0/summary.json") as fh:
         kept = json.load(fh)["settings"]
     assert run_store.settings_diff(kept, run_store.settings(draw1)) == []
-    assert reward_hacking._methods(draw1.experiment.methods) == [
+    assert driver._methods(draw1.experiment.methods) == [
         "cooper_hardest_ref", "sham_cooper", "static_rm_drgrpo"]
     base = dict(config_fields(load_config_file("configs/toy_hacking.py").to_dict()))
     draw2 = dict(config_fields(load_config_file("configs/toy_hacking_draw2.py").to_dict()))
