@@ -150,16 +150,18 @@ def ensure_committable(folder: str) -> None:
                          f"so --commit cannot commit it ({found.stderr.strip()})")
 
 
-def git_commit(path: str, message: str) -> None:
-    """`git add <path> && git commit -m <message> -- <path>`: that folder (or file) only."""
-    folder, target = os.path.abspath(path), "."
-    if os.path.isfile(folder):
-        folder, target = os.path.split(folder)
-    _git(folder, "add", "--", target)
-    staged = subprocess.run(["git", "-C", folder, "diff", "--cached", "--quiet", "--", target])
+def git_commit(paths: str | Sequence[str], message: str) -> None:
+    """`git add <paths> && git commit -m <message> -- <paths>`: those folders (or files) only,
+    in the repository that holds them (run from any working directory, e.g. a stable clone whose
+    experiment writes into another checkout)."""
+    paths = [os.path.abspath(p) for p in ([paths] if isinstance(paths, str) else paths)]
+    folder = paths[0] if os.path.isdir(paths[0]) else os.path.dirname(paths[0])
+    targets = [os.path.relpath(p, folder) for p in paths]
+    _git(folder, "add", "--", *targets)
+    staged = subprocess.run(["git", "-C", folder, "diff", "--cached", "--quiet", "--", *targets])
     if staged.returncode == 0:  # unchanged (a resumed driver keeps the same files again)
         return
-    _git(folder, "commit", "-q", "-m", message, "--", target)
+    _git(folder, "commit", "-q", "-m", message, "--", *targets)
 
 
 def _git(folder: str, *args: str, tries: int = 60) -> None:

@@ -36,7 +36,7 @@ from coop_jax.console import parse_flags, run_console
 from coop_jax.data import SyntheticConfig, load_split
 from coop_jax.projects.real_model import blind_spot, comparison
 from coop_jax.projects.real_model.report import write_report
-from coop_jax.projects.run_store import cpu_model
+from coop_jax.projects.run_store import cpu_model, git_commit
 from coop_jax.hf.sources import smollm2_gguf
 from coop_jax.jsonl import keep_file, read_jsonl
 
@@ -209,21 +209,6 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     return run
 
 
-def _commit(paths: list[str], message: str, tries: int = 5) -> None:
-    """git-commit `paths` only (others may be committing too: retry while the index is locked)."""
-    for attempt in range(tries):
-        status = subprocess.run(["git", "status", "--porcelain", "--", *paths],
-                                capture_output=True, text=True)
-        if status.returncode == 0 and not status.stdout.strip():
-            return  # nothing new
-        added = subprocess.run(["git", "add", *paths]).returncode == 0
-        if added and subprocess.run(["git", "commit", "-q", "-m", message, "--",
-                                     *paths]).returncode == 0:
-            return
-        time.sleep(5 * (attempt + 1))
-    raise RuntimeError(f"could not commit {paths}")
-
-
 def main(argv: list[str]) -> None:
     f = parse_flags(_define, argv, __doc__)
     study = STUDIES[f.study]
@@ -234,15 +219,15 @@ def main(argv: list[str]) -> None:
                              f"{list(study['arms'])} (--study={f.study})")
     triples = base_eval(f, study.get("heldout_label", "correct"))
     if f.commit:
-        _commit([os.path.join(f.results, "base_eval")], "real-model lane: start-policy eval")
+        git_commit([os.path.join(f.results, "base_eval")], "real-model lane: start-policy eval")
     for name in f.runs:
         if os.path.exists(os.path.join(f.results, name, "run.json")):
             continue
         run = train_run(f, name, triples)
         reports = _write_reports(f.results, study["analysis"])
         if f.commit:
-            _commit([os.path.join(f.results, name), *reports],
-                    f"real-model lane: {name} ({run['train_wall_s'] / 60:.0f} min train)")
+            git_commit([os.path.join(f.results, name), *reports],
+                       f"real-model lane: {name} ({run['train_wall_s'] / 60:.0f} min train)")
     _write_reports(f.results, study["analysis"])
 
 
