@@ -81,6 +81,60 @@ def decode_vocab_tile(impl: str, rows: int, vocab: int) -> int | None:
     return None
 
 
+class DecodeHead(NamedTuple):
+    """What a decode step's sampling head was resolved to, once per `generate` call."""
+    impl: str  # the concrete kernel impl (`kernels.resolve_impl`)
+    vocab_tile: int | None  # `decode_vocab_tile`
+    prompt_len: int  # P: response token i sits in cache column P + i
+
+
+class DecodeCarry(NamedTuple):
+    """The decode loop's carry: token i is sampled next, token i-1 (`tok`) is fed first."""
+    i: Array  # ()
+    tok: Array  # [R] last sampled token
+    cache: models.KVCache  # [R, ..., P + N]
+    kv_mask: Array  # [R, P + N]
+    positions: Array  # [R] rotary position of `tok`
+    done: Array  # [R]
+    tokens: Array  # [R, N]
+    logps: Array  # [R, N]
+    ents: Array  # [R, N]
+    key: Array
+
+
+def _emit(unembed, scfg: SamplingConfig, head: DecodeHead, i, hidden, done, tokens, logps, ents,
+          key):
+    """Sample token i of every row from its hidden state; rows already done get padding."""
+    key, step_key = jax.random.split(key)
+    temperature = jnp.full((hidden.shape[0],), scfg.temperature, jnp.float32)
+    tok, logp, ent = kernels.fused_sample(step_key, hidden, unembed, temperature,
+                                          scfg.top_k, scfg.top_p, impl=head.impl,
+                                          valid_vocab=scfg.valid_vocab,
+                                          vocab_tile=head.vocab_tile)
+    tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
+    tokens = tokens.at[:, i].set(tok)
+    logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))
+    ents = ents.at[:, i].set(jnp.where(done, 0.0, ent))
+    eos = jnp.asarray(scfg.eos_ids, jnp.int32)
+    return tok, done | jnp.isin(tok, eos), tokens, logps, ents, key
+
+
+def decode_step(params: dict, unembed: Array, cfg: models.ModelConfig, scfg: SamplingConfig,
+                head: DecodeHead, carry: DecodeCarry) -> DecodeCarry:
+    """One iteration of `generate`'s decode loop: feed token i-1, then sample token i (no
+    forward pass after the last token). `unembed` is `models.unembed_matrix(params, cfg)`,
+    made once outside the loop (tied: a transpose of the embedding, which the loop must not
+    repeat). benchmarks/decode_bytes.py compiles the step alone."""
+    c, p = carry, head.prompt_len
+    kv_mask = c.kv_mask.at[:, p + c.i - 1].set(True)
+    hidden, cache = models.forward_with_cache(params, cfg, c.tok[:, None], c.positions[:, None],
+                                              kv_mask, c.cache, p + c.i - 1)
+    tok, done, tokens, logps, ents, key = _emit(unembed, scfg, head, c.i, hidden[:, 0], c.done,
+                                                c.tokens, c.logps, c.ents, c.key)
+    return DecodeCarry(c.i + 1, tok, cache, kv_mask, c.positions + 1, done, tokens, logps, ents,
+                       key)
+
+
 def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt_tokens: Array,
              prompt_mask: Array, key: Array, *, backend: str | None = None) -> Rollouts:
     """Sample `scfg.num_samples` responses for each prompt. Call under `jax.jit` (see `make`).
@@ -104,46 +158,20 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     kv_mask, hidden = repeat(kv_mask), repeat(hidden[:, -1])
     positions = repeat(prompt_mask.sum(-1).astype(jnp.int32))
     rows = b * g
-    temperature = jnp.full((rows,), scfg.temperature, jnp.float32)
     eos = jnp.asarray(scfg.eos_ids, jnp.int32)
     # once, with the arrays' mesh: the tile and the kernel must agree on the path
     impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend=backend)
-    vocab_tile = decode_vocab_tile(impl, rows, unembed.shape[1])
-
-    def emit(i, hidden, done, tokens, logps, ents, key):
-        """Sample token i of every row from its hidden state; rows already done get padding."""
-        key, step_key = jax.random.split(key)
-        tok, logp, ent = kernels.fused_sample(step_key, hidden, unembed, temperature,
-                                              scfg.top_k, scfg.top_p, impl=impl,
-                                              valid_vocab=scfg.valid_vocab,
-                                              vocab_tile=vocab_tile)
-        tok = jnp.where(done, scfg.pad_id, tok.astype(jnp.int32))
-        tokens = tokens.at[:, i].set(tok)
-        logps = logps.at[:, i].set(jnp.where(done, 0.0, logp))
-        ents = ents.at[:, i].set(jnp.where(done, 0.0, ent))
-        return tok, done | jnp.isin(tok, eos), tokens, logps, ents, key
-
-    def cond(carry):
-        i, done = carry[0], carry[5]
-        return (i < n) & ~jnp.all(done)
-
-    def body(carry):
-        # feed token i-1, then sample token i: no forward pass after the last token
-        i, tok, cache, kv_mask, positions, done, tokens, logps, ents, key = carry
-        kv_mask = kv_mask.at[:, p + i - 1].set(True)
-        hidden, cache = models.forward_with_cache(params, cfg, tok[:, None], positions[:, None],
-                                                  kv_mask, cache, p + i - 1)
-        tok, done, tokens, logps, ents, key = emit(i, hidden[:, 0], done, tokens, logps, ents,
-                                                   key)
-        return (i + 1, tok, cache, kv_mask, positions + 1, done, tokens, logps, ents, key)
+    head = DecodeHead(impl, decode_vocab_tile(impl, rows, unembed.shape[1]), p)
 
     zeros = jnp.zeros((rows, n), jnp.float32)
-    tok, done, tokens, logps, ents, key = emit(
-        0, hidden, jnp.zeros((rows,), bool), jnp.full((rows, n), scfg.pad_id, jnp.int32), zeros,
-        zeros, key)
-    init = (jnp.int32(1), tok, cache, kv_mask, positions, done, tokens, logps, ents, key)
-    _, _, _, _, _, done, tokens, logps, ents, _ = jax.lax.while_loop(cond, body, init)
-
+    tok, done, tokens, logps, ents, key = _emit(
+        unembed, scfg, head, 0, hidden, jnp.zeros((rows,), bool),
+        jnp.full((rows, n), scfg.pad_id, jnp.int32), zeros, zeros, key)
+    init = DecodeCarry(jnp.int32(1), tok, cache, kv_mask, positions, done, tokens, logps, ents,
+                       key)
+    final = jax.lax.while_loop(lambda c: (c.i < n) & ~jnp.all(c.done),
+                               functools.partial(decode_step, params, unembed, cfg, scfg, head), init)
+    tokens, logps, ents = final.tokens, final.logps, final.ents
     is_stop = jnp.isin(tokens, eos)
     first_stop = jnp.where(jnp.any(is_stop, -1), jnp.argmax(is_stop, -1), n - 1)
     lengths = jnp.where(jnp.any(is_stop, -1), first_stop + 1, n)

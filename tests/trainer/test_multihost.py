@@ -115,8 +115,9 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
     The same runs carry the host-dependent paths of the policy side (one set of runs for both,
     to keep the suite short): an SFT warm start, each host tokenising its block of its batches;
     a LoRA policy (adapters sharded like their base kernels, the base the KL anchor); rollouts
-    from the continuous engine with fewer slots than rows; the rule verifier's labels, which are
-    the pairs' labels and the logged rule accuracy. An entropy bonus gives the untrained policy
+    from the continuous engine with fewer slots than rows; the rule verifier's labels (the
+    logged rule accuracy) and the strict rule's (the pairs' labels, the gold of the RM
+    diagnostics); the format probes' RM scores. An entropy bonus gives the untrained policy
     (never right) a gradient."""
     env = _env(tmp_path)
     overrides = ("--config.reward.type=cooper", "--config.rollout.overlap=True",
@@ -126,7 +127,9 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
                  "--config.cooper.pair_label_noise=0.5",
                  "--config.sft.steps=4", "--config.sft.batch_size=4", "--config.sft.max_len=24",
                  "--config.model.lora.rank=4", "--config.rollout.engine=continuous",
-                 "--config.rollout.slots=3")
+                 "--config.rollout.slots=3", "--config.cooper.pair_labels=strict_numeric",
+                 "--config.verifier.gold=strict_numeric", "--config.probes.format_questions=2",
+                 "--config.probes.every=2")
     one, killed = tmp_path / "one", tmp_path / "killed"
     _one_process(_train_command(one, 4, *overrides), env)
     launcher = subprocess.Popen(
