@@ -11,14 +11,23 @@ is rewritten after each section, so even a killed run leaves its results.
            Qwen2.5-1.5B-shaped weights, bf16, batch 64, 512 new tokens; ratio to the HBM bound
            (weights + KV bytes read per decode step / 4.8 TB/s).
   cooper   the Cooper train step (policy + reference + RM, 1.5B-shaped, random weights), 4 prompts
-           x 16 rollouts, 512 + 512 tokens: compile time, step time, peak memory, MFU vs
-           989 TFLOP/s.
+           x 16 rollouts, 512 + 512 tokens: compile time, step time, peak memory, MFU against
+           the chip's bf16 peak; at reduced depth first (--cooper-layers, default 2, 4, 28: the
+           Qwen2.5-1.5B width at 2 and 4 layers, then the full 28), so that even a lease too
+           short for the full depth measures the step time per layer (the slope between depths)
+           and extrapolates the full depth from it.
+
+Sections run in the order given, cooper first by default. Compile time is bounded: XLA's GPU
+autotuning runs at --xla-autotune-level (default 0: no autotuning, cuBLAS' and XLA's default
+algorithms; set in XLA_FLAGS before JAX starts, recorded in the JSON's environment), and each
+depth of the Cooper section is skipped when the budget left is below its estimate.
 
 Run (from the repository root; the wheels are built here by benchmarks/gpu_wheels.sh into
 build/gpu_wheels, which the device tool carries because `build/` is git-ignored):
 
     pip install --no-index --no-deps build/gpu_wheels/*.whl   # ml_collections etc., offline
-    PYTHONPATH=. timeout 480 python benchmarks/gpu_check.py --out $OUT/gpu_check.json
+    PYTHONPATH=. timeout 560 python benchmarks/gpu_check.py --budget-s 500 \
+        --out $OUT/gpu_check.json 2>&1 | tee $OUT/gpu_check.log
 
 `--smoke` runs the same code on CPU with tiny shapes (a test runs it: tests/benchmarks/test_gpu_check.py).
 """
@@ -36,7 +45,24 @@ import traceback
 from typing import Callable
 
 SMOKE = "--smoke" in sys.argv
-os.environ["JAX_PLATFORMS"] = "cpu" if SMOKE else os.environ.get("JAX_PLATFORMS", "cuda")
+
+
+def _argv_value(flag: str, default: str) -> str:
+    """A flag's value read before argparse runs: XLA_FLAGS must be set before JAX starts."""
+    for i, arg in enumerate(sys.argv):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return default
+
+
+AUTOTUNE_LEVEL = _argv_value("--xla-autotune-level", "0")
+if __name__ == "__main__":
+    os.environ["JAX_PLATFORMS"] = "cpu" if SMOKE else os.environ.get("JAX_PLATFORMS", "cuda")
+    if not SMOKE and "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_gpu_autotune_level={AUTOTUNE_LEVEL}").strip()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # memory_plan's shared pieces
@@ -47,14 +73,16 @@ import numpy as np  # noqa: E402
 
 H200_HBM_BYTES_PER_S = 4.8e12
 H200_BF16_FLOPS = 989e12
+# device_kind substring -> (dense bf16 FLOP/s, HBM bytes/s) of the chip, the MFU and HBM bounds
+CHIPS = {"H200": (989e12, 4.8e12), "H100": (989e12, 3.35e12)}
 
 # Qwen2.5-1.5B shapes (full) and a tiny stand-in (smoke)
 FULL = dict(vocab=151_936, hidden=1536, intermediate=8960, layers=28, heads=12, kv_heads=2,
             kernel_rows=4096, batch=64, prompt=128, new_tokens=512, prompts=4, group=16,
-            response=512, rm_len=1024)
+            response=512, rm_len=1024, cooper_layers=(2, 4, 28))
 TINY = dict(vocab=384, hidden=32, intermediate=64, layers=1, heads=4, kv_heads=2,
             kernel_rows=16, batch=4, prompt=8, new_tokens=8, prompts=2, group=4, response=8,
-            rm_len=16)
+            rm_len=16, cooper_layers=(1, 2))
 
 
 def model_config(s: dict, dtype: str, param_dtype: str, num_labels: int = 0, remat=False):
@@ -178,7 +206,8 @@ def section_kernels(s: dict, smoke: bool) -> dict:
 def hbm_bound_tokens_per_s(cfg, batch: int, prompt: int, new: int, weight_bytes: int) -> float:
     """Tokens/s if every decode step only streamed the weights and the live KV cache from HBM."""
     kv_per_token = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.dim_per_head * 2  # bf16 K and V
-    seconds = sum((weight_bytes + batch * (prompt + t) * kv_per_token) / H200_HBM_BYTES_PER_S
+    bandwidth = chip_peaks()[1]
+    seconds = sum((weight_bytes + batch * (prompt + t) * kv_per_token) / bandwidth
                   for t in range(new))
     return batch * new / seconds
 
@@ -280,24 +309,41 @@ def model_flops_per_step(cfg, rows: int, p: int, r: int, rm_len: int, pairs: int
     return 3 * policy + 2 * policy + rm + 3 * rm_pairs  # train(3x) + old + ref, RM score, RM train
 
 
-def section_cooper(s: dict, smoke: bool) -> dict:
+def chip_peaks() -> tuple[float, float]:
+    """(bf16 FLOP/s, HBM bytes/s) of the device (the H200's when not in CHIPS)."""
+    kind = jax.devices()[0].device_kind
+    return next((v for k, v in CHIPS.items() if k in kind), (H200_BF16_FLOPS,
+                                                              H200_HBM_BYTES_PER_S))
+
+
+def cooper_setup(s: dict, layers: int):
+    """(StepConfig, tx, rm_tx, config) of the Cooper step at shapes `s` and depth `layers`
+    (policy and RM), as the trainer builds them from the Qwen2.5-1.5B GSM8K config."""
     import memory_plan
-    from coop_jax import models
-    from coop_jax.trainer.batch import TrainBatch
-    from coop_jax.trainer.step import init_state, jit_step
     config = memory_plan.load_config(memory_plan.DEFAULT_CONFIG)
     arch = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
-                num_layers=s["layers"], num_heads=s["heads"], num_kv_heads=s["kv_heads"])
+                num_layers=layers, num_heads=s["heads"], num_kv_heads=s["kv_heads"])
     config.model.update(arch)
     config.reward_model.update(arch)
     config.rollout.update(prompts_per_step=s["prompts"], group_size=s["group"],
                           max_new_tokens=s["response"])
     config.data.max_prompt_len = s["response"]
     config.cooper.max_len = s["rm_len"]
-    cfg, tx, rm_tx = memory_plan.step_setup(config, s["layers"], True, "auto",
+    cfg, tx, rm_tx = memory_plan.step_setup(config, layers, True, "auto",
                                             valid_vocab=s["vocab"] - 271)
+    return cfg, tx, rm_tx, config
+
+
+def cooper_depth(s: dict, layers: int, smoke: bool, steps: int | None = None) -> dict:
+    """Compile and run the Cooper step at `layers` layers: compile time, memory, step times,
+    FLOPs, MFU against the chip's peak. Phases are labelled with the depth."""
+    import memory_plan
+    from coop_jax import models
+    from coop_jax.trainer.batch import TrainBatch
+    from coop_jax.trainer.step import init_state, jit_step
+    cfg, tx, rm_tx, config = cooper_setup(s, layers)
     key = jax.random.key(3)
-    phase("init params")
+    phase(f"{layers} layers: init params")
     policy = jax.jit(lambda r: models.init_params(cfg.policy, r))(key)
     ref = jax.tree_util.tree_map(jnp.copy, policy)
     rm = jax.jit(lambda r: models.init_params(cfg.rm, r))(jax.random.fold_in(key, 1))
@@ -317,16 +363,16 @@ def section_cooper(s: dict, smoke: bool) -> dict:
             batch[name] = np.zeros(sds.shape, sds.dtype)
     batch = jax.device_put(TrainBatch.from_flat(batch))
     step = jit_step(cfg, tx, rm_tx)
-    phase("compile")
+    phase(f"{layers} layers: compile")
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
-    out = {"compile_s": time.perf_counter() - t0, **memory_of(compiled)}
+    out = {"layers": layers, "compile_s": time.perf_counter() - t0, **memory_of(compiled)}
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     out["xla_flops"] = float(cost.get("flops", float("nan"))) if cost else float("nan")
     times, metrics = [], None
-    for i in range(2 if smoke else 3):
-        phase(f"step {i + 1}")
+    for i in range(steps or (2 if smoke else 3)):
+        phase(f"{layers} layers: step {i + 1}")
         t0 = time.perf_counter()
         state, outputs = compiled(state, batch)
         metrics = jax.block_until_ready(outputs.metrics)
@@ -337,24 +383,84 @@ def section_cooper(s: dict, smoke: bool) -> dict:
     rows = s["prompts"] * s["group"]
     flops = model_flops_per_step(cfg.policy, rows, s["response"], s["response"], s["rm_len"],
                                  s["prompts"])
+    peak_flops = chip_peaks()[0]
     out["model_flops"] = flops
-    out["mfu_vs_989_tflops"] = flops / out["step_s"] / H200_BF16_FLOPS
-    out["hfu_vs_989_tflops"] = out["xla_flops"] / out["step_s"] / H200_BF16_FLOPS
+    out["mfu"] = flops / out["step_s"] / peak_flops
+    out["hfu"] = out["xla_flops"] / out["step_s"] / peak_flops
+    out["peak_flops"] = peak_flops
     out["device_peak_bytes"] = device_peak()
+    del state, compiled
     return out
 
 
-SECTIONS = {  # name -> (function, estimated seconds on the H200, incl. compiles)
+def per_layer_fit(depths: dict) -> dict:
+    """Least-squares step_s = a + b * layers over the measured depths, and its value at the
+    full depth: the per-layer time `b` even when the full depth was not run."""
+    pts = [(d["layers"], d["step_s"]) for d in depths.values() if "step_s" in d]
+    if len({x for x, _ in pts}) < 2:
+        return {}
+    xs, ys = np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return {"per_layer_step_s": float(slope), "step_s_at_0_layers": float(intercept)}
+
+
+# seconds one depth of the Cooper section may take on the H200 (compile + 3 steps), used to skip
+# a depth the budget cannot hold; the full depth has never finished there (killed at 394 s)
+COOPER_ESTIMATE_S = {2: 60, 4: 80, 28: 300}
+
+
+def section_cooper(s: dict, smoke: bool, budget_left=None) -> dict:
+    """The Cooper step at each depth of `s["cooper_layers"]`, smallest first, each guarded and
+    time-budgeted; the deepest finished one is reported at the top level."""
+    out = {"depths": {}}
+    for layers in s["cooper_layers"]:
+        left = budget_left() if budget_left else float("inf")
+        estimate = COOPER_ESTIMATE_S.get(layers, 10 * layers)
+        if not smoke and left < estimate:
+            out["depths"][str(layers)] = {"skipped": f"budget: {left:.0f}s left < {estimate}s"}
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = cooper_depth(s, layers, smoke)
+        except Exception as e:  # recorded; a shallower depth's figures still stand
+            res = {"layers": layers, "error": f"{type(e).__name__}: {e}"[:2000],
+                   "traceback": traceback.format_exc()[-3000:]}
+        res["depth_s"] = time.perf_counter() - t0
+        out["depths"][str(layers)] = res
+        print(f"[gpu_check]   cooper {layers} layers: "
+              + (f"step {res['step_s']:.3f}s, MFU {res['mfu']:.3f}, compile "
+                 f"{res['compile_s']:.1f}s" if "step_s" in res else res.get("error", "")),
+              flush=True)
+    fit = per_layer_fit(out["depths"])
+    if fit:
+        full = FULL["layers"]
+        fit["extrapolated_step_s_at_full_depth"] = (fit["step_s_at_0_layers"]
+                                                    + full * fit["per_layer_step_s"])
+        out.update(fit)
+    done = [d for d in out["depths"].values() if "step_s" in d]
+    if not done:
+        errors = [d["error"] for d in out["depths"].values() if "error" in d]
+        if errors:
+            raise RuntimeError(errors[-1])
+        out["skipped"] = "budget: no depth fitted"
+        return out
+    out.update({k: v for k, v in done[-1].items() if k != "traceback"})
+    return out
+
+
+SECTIONS = {  # name -> (function, estimated seconds on the H200, incl. compiles), run order
+    "cooper": (section_cooper, 60),  # its shallowest depth; deeper ones are budgeted inside
     "kernels": (section_kernels, 90),
     "sampler": (section_sampler, 280),  # 271 s on the first H200 run
-    "cooper": (section_cooper, 400),  # unfinished after 394 s there: give it the budget
 }
 
 
 def environment() -> dict:
     env = {"jax": jax.__version__, "backend": jax.default_backend(),
            "devices": [str(d) for d in jax.devices()],
-           "device_kind": jax.devices()[0].device_kind}
+           "device_kind": jax.devices()[0].device_kind,
+           "xla_flags": os.environ.get("XLA_FLAGS", ""),
+           "chip_peak_bf16_flops": chip_peaks()[0], "chip_hbm_bytes_per_s": chip_peaks()[1]}
     try:
         import torch
         env["torch"] = torch.__version__
@@ -369,10 +475,19 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="gpu_check.json")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes")
     p.add_argument("--budget-s", type=float, default=450.0, help="whole-run wall budget")
-    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS))
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=list(SECTIONS),
+                   help="sections in the order to run them (default: cooper kernels sampler)")
+    p.add_argument("--cooper-layers", default=None,
+                   help="comma-separated depths of the Cooper step, run in this order (default "
+                        "2,4,28; smoke 1,2)")
+    p.add_argument("--xla-autotune-level", default=AUTOTUNE_LEVEL,
+                   help="XLA_FLAGS --xla_gpu_autotune_level (default 0: no autotuning, a bounded "
+                        "compile); read before JAX starts")
     a = p.parse_args(argv)
     start = time.perf_counter()
-    shapes = TINY if a.smoke else FULL
+    shapes = dict(TINY if a.smoke else FULL)
+    if a.cooper_layers:
+        shapes["cooper_layers"] = tuple(int(x) for x in a.cooper_layers.split(",") if x)
     results = {"smoke": a.smoke, "shapes": shapes, "environment": environment(), "sections": {}}
     out = pathlib.Path(a.out)
 
@@ -405,7 +520,10 @@ def main(argv=None) -> int:
         _progress.clear()
         _progress["section"] = name
         try:
-            res = fn(shapes, a.smoke)
+            if name == "cooper":
+                res = fn(shapes, a.smoke, lambda: a.budget_s - (time.perf_counter() - start))
+            else:
+                res = fn(shapes, a.smoke)
             res["status"] = "ok"
         except Exception as e:  # recorded; the next section still runs
             res = {"status": "error", "error": f"{type(e).__name__}: {e}"[:2000],

@@ -27,7 +27,9 @@ def test_gpu_check_smoke(tmp_path):
     assert not errors, errors
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert result["smoke"] and result["environment"]["backend"] == "cpu"
-    assert {"compile", "step 1", "step 2"} <= set(sections["cooper"]["phase_s"])
+    assert list(sections) == ["cooper", "kernels", "sampler"]  # the Cooper step first
+    assert {f"{n} layers: {p}" for n in (1, 2) for p in ("compile", "step 1", "step 2")} <= set(
+        sections["cooper"]["phase_s"])
     assert "transformers generate" in sections["sampler"]["phase_s"]
 
     kernels = sections["kernels"]["bfloat16"]
@@ -50,3 +52,7 @@ def test_gpu_check_smoke(tmp_path):
     assert cooper["metrics_finite"]
     assert cooper["compile_s"] > 0 and cooper["step_s"] > 0
     assert cooper["model_flops"] > 0 and cooper["xla_flops"] > 0
+    assert set(cooper["depths"]) == {"1", "2"} and cooper["layers"] == 2  # reduced depth first
+    assert all(d["step_s"] > 0 and d["mfu"] > 0 for d in cooper["depths"].values())
+    assert "per_layer_step_s" in cooper and "extrapolated_step_s_at_full_depth" in cooper
+    assert "xla_flags" in result["environment"]
