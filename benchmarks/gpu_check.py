@@ -318,7 +318,8 @@ def chip_peaks() -> tuple[float, float]:
 
 def cooper_setup(s: dict, layers: int):
     """(StepConfig, tx, rm_tx, config) of the Cooper step at shapes `s` and depth `layers`
-    (policy and RM), as the trainer builds them from the Qwen2.5-1.5B GSM8K config."""
+    (policy and RM), as the trainer builds them from the Qwen2.5-1.5B GSM8K config, in
+    `s["micro_batches"]` gradient-accumulation micro-batches (default 1)."""
     import memory_plan
     config = memory_plan.load_config(memory_plan.DEFAULT_CONFIG)
     arch = dict(vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["intermediate"],
@@ -330,7 +331,8 @@ def cooper_setup(s: dict, layers: int):
     config.data.max_prompt_len = s["response"]
     config.cooper.max_len = s["rm_len"]
     cfg, tx, rm_tx = memory_plan.step_setup(config, layers, True, "auto",
-                                            valid_vocab=s["vocab"] - 271)
+                                            valid_vocab=s["vocab"] - 271,
+                                            micro_batches=s.get("micro_batches", 1))
     return cfg, tx, rm_tx, config
 
 
@@ -366,7 +368,8 @@ def cooper_depth(s: dict, layers: int, smoke: bool, steps: int | None = None) ->
     phase(f"{layers} layers: compile")
     t0 = time.perf_counter()
     compiled = step.lower(state, batch).compile()
-    out = {"layers": layers, "compile_s": time.perf_counter() - t0, **memory_of(compiled)}
+    out = {"layers": layers, "micro_batches": cfg.micro_batches,
+           "compile_s": time.perf_counter() - t0, **memory_of(compiled)}
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     out["xla_flops"] = float(cost.get("flops", float("nan"))) if cost else float("nan")
@@ -480,6 +483,9 @@ def main(argv=None) -> int:
     p.add_argument("--cooper-layers", default=None,
                    help="comma-separated depths of the Cooper step, run in this order (default "
                         "2,4,28; smoke 1,2)")
+    p.add_argument("--cooper-micro-batches", type=int, default=1,
+                   help="gradient-accumulation micro-batches of the Cooper step (default 1; the "
+                        "memory plan estimates the full depth at 151 GiB on one GPU unsplit)")
     p.add_argument("--xla-autotune-level", default=AUTOTUNE_LEVEL,
                    help="XLA_FLAGS --xla_gpu_autotune_level (default 0: no autotuning, a bounded "
                         "compile); read before JAX starts")
@@ -488,6 +494,7 @@ def main(argv=None) -> int:
     shapes = dict(TINY if a.smoke else FULL)
     if a.cooper_layers:
         shapes["cooper_layers"] = tuple(int(x) for x in a.cooper_layers.split(",") if x)
+    shapes["micro_batches"] = a.cooper_micro_batches
     results = {"smoke": a.smoke, "shapes": shapes, "environment": environment(), "sections": {}}
     out = pathlib.Path(a.out)
 
