@@ -9,7 +9,8 @@ is rewritten after each section, so even a killed run leaves its results.
            reference at V=151,936, D=1536, bf16 and fp32; wall time and compiled memory.
   sampler  tokens/s of coop_jax vs transformers generate() (torch CUDA) on the same random
            Qwen2.5-1.5B-shaped weights, bf16, batch 64, 512 new tokens; ratio to the HBM bound
-           (weights + KV bytes read per decode step / 4.8 TB/s).
+           (weights + KV bytes read per decode step / the chip's HBM bandwidth);
+           --no-transformers: coop_jax alone.
   cooper   the Cooper train step (policy + reference + RM, 1.5B-shaped, random weights), 4 prompts
            x 16 rollouts, 512 + 512 tokens: compile time, step time, peak memory, MFU against
            the chip's bf16 peak; at reduced depth first (--cooper-layers, default 2, 4, 28: the
@@ -212,17 +213,11 @@ def hbm_bound_tokens_per_s(cfg, batch: int, prompt: int, new: int, weight_bytes:
     return batch * new / seconds
 
 
-def section_sampler(s: dict, smoke: bool) -> dict:
+def _transformers_model(cfg, params, device: str):
+    """transformers' Qwen2ForCausalLM with coop_jax's `params` (bf16, tied embeddings)."""
     import torch
     import transformers
-    from coop_jax import models, sampling
     from coop_jax.hf.convert import hf_config_from_model_config, params_to_hf
-    cfg = model_config(s, "bfloat16", "bfloat16")
-    device = "cpu" if smoke else "cuda"
-    phase("init params")
-    params = jax.jit(lambda r: models.init_params(cfg, r))(jax.random.key(1))
-    weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
-    phase("transformers model")
     hf_cfg = transformers.Qwen2Config.from_dict(hf_config_from_model_config(cfg))
     hf_cfg.eos_token_id, hf_cfg.pad_token_id = cfg.vocab_size - 1, 0
     with torch.device(device):
@@ -234,30 +229,12 @@ def section_sampler(s: dict, smoke: bool) -> dict:
     missing = [m for m in missing if m != "lm_head.weight"]
     if missing or unexpected:
         raise RuntimeError(f"weight transfer: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    del state
+    return model
 
-    b, p, n = s["batch"], s["prompt"], s["new_tokens"]
-    prompts = np.random.default_rng(0).integers(1, cfg.vocab_size - 1, (b, p)).astype(np.int32)
-    out = {"batch": b, "prompt": p, "new_tokens": n, "weight_bytes": weight_bytes}
 
-    phase("logit parity")  # same weights: last-position logits agree (bf16)
-    with torch.inference_mode():
-        hf_logits = model(torch.from_numpy(prompts[:2]).long().to(device)).logits[:, -1].float()
-    ours = models.lm_logits(params, cfg, jnp.asarray(prompts[:2]))[:, -1]
-    out["logit_rel_err_vs_transformers"] = rel_err(np.asarray(ours), hf_logits.cpu().numpy())
-
-    scfg = sampling.SamplingConfig(max_new_tokens=n, eos_ids=(cfg.vocab_size - 1,), pad_id=0,
-                                   valid_vocab=cfg.vocab_size - 1)
-    sample = sampling.make(cfg, scfg)
-    phase("coop_jax sampler")
-    tokens, mask = jnp.asarray(prompts), jnp.ones(prompts.shape, bool)
-    t0 = time.perf_counter()
-    jax.block_until_ready(sample(params, tokens, mask, jax.random.key(0)))
-    out["coop_jax_first_call_s"] = time.perf_counter() - t0
-    seconds, res = timed(lambda: sample(params, tokens, mask, jax.random.key(2)), repeats=2)
-    out["coop_jax_tokens_per_s"] = b * n / seconds
-    out["coop_jax_all_rows_full_length"] = bool(np.asarray(res.truncated).all())
-
+def _transformers_generate(model, prompts, n: int, device: str) -> dict:
+    """transformers' generate() tokens/s on `prompts`, n new tokens, after one warm-up."""
+    import torch
     ids = torch.from_numpy(prompts).long().to(device)
 
     def hf_run():
@@ -270,23 +247,65 @@ def section_sampler(s: dict, smoke: bool) -> dict:
         return res
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    phase("transformers generate")
     hf_run()  # warm-up
     t0 = time.perf_counter()
     res = hf_run()
-    out["transformers_tokens_per_s"] = b * n / (time.perf_counter() - t0)
-    out["transformers_new_tokens"] = int(res.shape[1] - p)
+    out = {"transformers_tokens_per_s": prompts.size // prompts.shape[1] * n
+           / (time.perf_counter() - t0), "transformers_new_tokens": int(res.shape[1]
+                                                                        - prompts.shape[1])}
     if device == "cuda":
         out["transformers_peak_bytes"] = int(torch.cuda.max_memory_allocated())
-    out["ratio_coop_jax_over_transformers"] = (out["coop_jax_tokens_per_s"]
-                                               / out["transformers_tokens_per_s"])
+    return out
+
+
+def section_sampler(s: dict, smoke: bool) -> dict:
+    """coop_jax's static sampler tokens/s and its share of the HBM bound; beside it (unless
+    `s["transformers"]` is False) transformers' generate() on the same weights and the two
+    sides' last-position logits."""
+    from coop_jax import models, sampling
+    cfg = model_config(s, "bfloat16", "bfloat16")
+    device = "cpu" if smoke else "cuda"
+    with_hf = s.get("transformers", True)
+    phase("init params")
+    params = jax.jit(lambda r: models.init_params(cfg, r))(jax.random.key(1))
+    weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+    b, p, n = s["batch"], s["prompt"], s["new_tokens"]
+    prompts = np.random.default_rng(0).integers(1, cfg.vocab_size - 1, (b, p)).astype(np.int32)
+    out = {"batch": b, "prompt": p, "new_tokens": n, "weight_bytes": weight_bytes}
+    if with_hf:
+        import torch
+        phase("transformers model")
+        model = _transformers_model(cfg, params, device)
+        phase("logit parity")  # same weights: last-position logits agree (bf16)
+        with torch.inference_mode():
+            hf_logits = model(torch.from_numpy(prompts[:2]).long().to(device)).logits[:, -1]
+        ours = models.lm_logits(params, cfg, jnp.asarray(prompts[:2]))[:, -1]
+        out["logit_rel_err_vs_transformers"] = rel_err(np.asarray(ours),
+                                                       hf_logits.float().cpu().numpy())
+
+    scfg = sampling.SamplingConfig(max_new_tokens=n, eos_ids=(cfg.vocab_size - 1,), pad_id=0,
+                                   valid_vocab=cfg.vocab_size - 1)
+    sample = sampling.make(cfg, scfg)
+    phase("coop_jax sampler")
+    tokens, mask = jnp.asarray(prompts), jnp.ones(prompts.shape, bool)
+    t0 = time.perf_counter()
+    jax.block_until_ready(sample(params, tokens, mask, jax.random.key(0)))
+    out["coop_jax_first_call_s"] = time.perf_counter() - t0
+    seconds, res = timed(lambda: sample(params, tokens, mask, jax.random.key(2)), repeats=2)
+    out["coop_jax_tokens_per_s"] = b * n / seconds
+    out["coop_jax_all_rows_full_length"] = bool(np.asarray(res.truncated).all())
     bound = hbm_bound_tokens_per_s(cfg, b, p, n, weight_bytes)
     out["hbm_bound_tokens_per_s"] = bound
     out["coop_jax_fraction_of_hbm_bound"] = out["coop_jax_tokens_per_s"] / bound
-    out["transformers_fraction_of_hbm_bound"] = out["transformers_tokens_per_s"] / bound
-    del model
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    if with_hf:
+        phase("transformers generate")
+        out.update(_transformers_generate(model, prompts, n, device))
+        out["ratio_coop_jax_over_transformers"] = (out["coop_jax_tokens_per_s"]
+                                                   / out["transformers_tokens_per_s"])
+        out["transformers_fraction_of_hbm_bound"] = out["transformers_tokens_per_s"] / bound
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return out
 
 
@@ -430,6 +449,8 @@ def section_cooper(s: dict, smoke: bool, budget_left=None) -> dict:
                    "traceback": traceback.format_exc()[-3000:]}
         res["depth_s"] = time.perf_counter() - t0
         out["depths"][str(layers)] = res
+        # what a watchdog kill in a deeper depth keeps (main's watchdog writes it)
+        _progress["partial"] = {"depths": dict(out["depths"]), **per_layer_fit(out["depths"])}
         print(f"[gpu_check]   cooper {layers} layers: "
               + (f"step {res['step_s']:.3f}s, MFU {res['mfu']:.3f}, compile "
                  f"{res['compile_s']:.1f}s" if "step_s" in res else res.get("error", "")),
@@ -483,6 +504,9 @@ def main(argv=None) -> int:
     p.add_argument("--cooper-layers", default=None,
                    help="comma-separated depths of the Cooper step, run in this order (default "
                         "2,4,28; smoke 1,2)")
+    p.add_argument("--no-transformers", action="store_true",
+                   help="sampler: coop_jax alone (its tokens/s and share of the HBM bound), "
+                        "without transformers' generate() beside it (most of the section's time)")
     p.add_argument("--cooper-micro-batches", type=int, default=1,
                    help="gradient-accumulation micro-batches of the Cooper step (default 1; the "
                         "memory plan estimates the full depth at 151 GiB on one GPU unsplit)")
@@ -495,6 +519,7 @@ def main(argv=None) -> int:
     if a.cooper_layers:
         shapes["cooper_layers"] = tuple(int(x) for x in a.cooper_layers.split(",") if x)
     shapes["micro_batches"] = a.cooper_micro_batches
+    shapes["transformers"] = not a.no_transformers
     results = {"smoke": a.smoke, "shapes": shapes, "environment": environment(), "sections": {}}
     out = pathlib.Path(a.out)
 
@@ -509,6 +534,7 @@ def main(argv=None) -> int:
         results["killed_by_watchdog"] = True
         if _progress:
             results["sections"][_progress["section"]] = {
+                **_progress.get("partial", {}),  # the Cooper depths that finished
                 "status": "killed", "phase": _progress.get("phase"),
                 "phase_s": time.perf_counter() - _progress.get("since", start)}
         write()
