@@ -28,8 +28,10 @@ import time
 
 CASES = {
     "demo": ([], []),
+    # one perturbed pair per group, as the demo's Cooper defaults were before issue 64
     "cooper3": ([], ["--config.reward.type=cooper", "--config.cooper.negative=perturb",
-                     "--config.train.steps=3"]),
+                     "--config.cooper.pairs_per_group=1",
+                     "--config.cooper.reference_positive=False", "--config.train.steps=3"]),
     "two_process": (["-m", "coop_jax.launch.local", "--num_processes=2",
                      "--devices_per_process=4", "--", sys.executable],
                     ["--config.train.steps=3"]),

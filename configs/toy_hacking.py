@@ -32,7 +32,10 @@ def get_config():
                           param_dtype="float32", dtype="float32",
                           question_format="question")  # as run before issue 13: raw questions
     c.rollout.update(group_size=8, prompts_per_step=8)
-    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
+    # the arms' pairs: one per group, no reference positive unless an arm says otherwise (the
+    # demo's Cooper defaults differ since issue 64; the experiment's runs were made with these)
+    c.cooper.update(negative="rollout", pairs_per_group=1, reference_positive=False,
+                    learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
                     # the RM on the fixed held-out triples (the on-policy metrics are every step)
                     heldout_every=50, no_pair_step="skip",  # as run before issue 13
                     # the assistant of the cooper_rewrite arm (not in the default methods)

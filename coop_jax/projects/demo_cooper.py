@@ -25,6 +25,7 @@ from absl import flags
 from absl.app import UsageError
 
 from coop_jax.console import parse_flags, run_console
+from coop_jax.eval.report import save_png
 from coop_jax.metrics_writer import read_metrics
 from coop_jax.projects import run_store
 from coop_jax.projects.reward_hacking.analysis import paired_contrast, tail_mean
@@ -190,17 +191,18 @@ def plot(result: dict, path: str) -> None:
             ev = e["evaluations"]
             axes[0].plot([x["step"] for x in ev], [x["greedy_accuracy"] for x in ev],
                          color=colors[arm], label=label, marker="o", alpha=0.7)
+            steps = e.get("per_step", [])
             for ax, key in ((axes[1], "rm_rule_agreement"), (axes[2], "hacking_gap")):
-                steps = e.get("per_step", [])
-                ax.plot([x["step"] for x in steps], [x[key] for x in steps], color=colors[arm],
-                        label=label, alpha=0.6, lw=0.8)
+                if steps:
+                    ax.plot([x["step"] for x in steps], [x[key] for x in steps],
+                            color=colors[arm], label=label, alpha=0.6, lw=0.8)
     for ax, title in zip(axes, ("greedy held-out accuracy", "RM agreement with the rule",
                                 "hacking gap (proxy - rule)")):
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_png(fig, path, dpi=80)
     plt.close(fig)
 
 

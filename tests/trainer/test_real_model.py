@@ -302,8 +302,11 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     replaced by the same start policy that the reward-hacking plan keeps (seed 0, the default's
     300 SFT steps), then 2 RL steps of 8 prompts (the RM's passes through SmolLM2's first 4
     layers are most of each step's time). The RM is the config's trained one
-    (cooper.rm_checkpoint): it ranks the first step's rollouts far above chance, and the
-    rollouts' rule accuracy never falls to 0 (an untrained RM took it to 0 by step 40)."""
+    (cooper.rm_checkpoint): it ranks the first step's rollouts far above chance and agrees with
+    the rule on most of them, and the rollouts' rule accuracy never falls to 0 (an untrained RM
+    took it to 0 by step 40). The pairs are the demo's recipe (docs/results/demo_cooper): up to
+    2 hardest wrong rollouts per group, the reference solution where no rollout is right. The
+    full-length behaviour (80 steps, 3 seeds) is in the committed comparison, not here."""
     args = documented_command("README.md", "coop-train --config=configs/default.py "
                               "--workdir=runs/demo_cooper")
     assert "--config.reward.type=cooper" in args
@@ -318,8 +321,12 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     assert len(rows) == 2
     first = rows[0]
     assert first["rm_onpolicy_auc"] > 0.9 and first["rm_balanced_accuracy"] > 0.8, first
+    assert first["rm_rule_agreement"] > 0.9, first
     assert all(r["rule_accuracy"] > 0 for r in rows), [r["rule_accuracy"] for r in rows]
     assert sum(r["pairs/valid"] for r in rows) > 0
+    for r in rows:  # k = 2 per prompt of the step's 8, some of them reference positives
+        assert r["pairs/valid"] <= 2 * 8 and 0 <= r["pairs/reference_positive"] <= r[
+            "pairs/valid"]
 
 
 def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gate(smol):
