@@ -160,7 +160,8 @@ class PairSettings:
 
 def validate_config(c, trains_rm: bool) -> None:
     """Raise ValueError naming `cooper.negative` when it is unknown, or when the run trains the RM
-    (`trains_rm`) with a strategy whose assistant is not configured."""
+    (`trains_rm`) with a strategy whose assistant is not configured or with more pairs per group
+    than a group can hold."""
     NEGATIVE_STRATEGIES.check(c.cooper.negative)
     KEEP_RULES.check(c.cooper.negative_check)
     k, noise = c.cooper.pairs_per_group, c.cooper.pair_label_noise
@@ -170,7 +171,7 @@ def validate_config(c, trains_rm: bool) -> None:
         raise ValueError(f"config.cooper.pairs_per_group={k} needs a negative ranked by the RM "
                          f"(cooper.negative in "
                          f"{list(NEGATIVE_STRATEGIES.where(lambda s: s.on_device))})")
-    if k >= c.rollout.group_size:
+    if trains_rm and k >= c.rollout.group_size:  # only a run that forms pairs needs them
         raise ValueError(f"config.cooper.pairs_per_group ({k}) must be below "
                          f"rollout.group_size ({c.rollout.group_size}): a group needs a positive")
     if not 0.0 <= noise <= 1.0:

@@ -102,6 +102,19 @@ def test_inconsistent_options_are_one_line_naming_the_field(field, value, messag
         setup.validate_config(c, device_count=8)
 
 
+
+def test_pairs_per_group_needs_room_only_where_pairs_are_formed():
+    """Groups of 2 hold one pair: a Cooper run asking for 2 is refused naming the field; a rule
+    run with the same cooper section (the demo's defaults) forms no pairs and is accepted."""
+    c = repo_config("tiny_test")
+    c.rollout.group_size = 2
+    c.cooper.update(negative="rollout_hardest", pairs_per_group=2)
+    setup.validate_config(c, device_count=8)  # reward.type is the rule's
+    c.reward.type = "cooper"
+    with pytest.raises(ValueError, match=r"cooper.pairs_per_group \(2\) must be below "
+                                         r"rollout.group_size \(2\)"):
+        setup.validate_config(c, device_count=8)
+
 def test_a_tiny_run_with_hard_negatives_and_swapped_labels(tmp_path):
     """The tiny config with the reward-hacking plan's start policy (it answers about a third of
     these right, so groups hold both kinds): k = 2 pairs per group, half the labels swapped,
