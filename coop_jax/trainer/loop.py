@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from coop_jax import checkpoint, data, parallel, sampling
+from coop_jax import checkpoint, console, data, parallel, sampling
 from coop_jax.trainer import cooper, rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
@@ -428,6 +428,8 @@ class Trainer:
             if start.initial is not None:  # step 0 of the curves: the policy (and RM) before RL
                 self.log_row(writer, monitor, 0, start.initial)  # in the monitor's warm-up
             nan_skips, final = 0, None
+            # log lines (the monitor's alarms, warnings) each on a line of their own above the bar
+            stack.enter_context(console.log_above_bars(log))
             bar = tqdm.tqdm(range(start.step, c.train.steps), initial=start.step,
                             total=c.train.steps, desc="coop-train",
                             disable=jax.process_index() != 0)
