@@ -453,16 +453,16 @@ class Trainer:
                                 acc=f"{row.get('rule_accuracy', 0):.3f}",
                                 **({"alarm": monitor.monitor.alarms[0].signal}
                                    if monitor and monitor.monitor.alarms else {}))
-                # every host saves, or none (the monitor's verdict is the same on every host:
-                # the rows are reduced over all of them)
+                # every host saves, or none (the monitor sees the same rows on every host, reduced
+                # over all of them, but a resumed host without the kept metrics has no history)
                 stopping = parallel.host.any_process(stop.requested or verdict.stop)
-                if stopping or verdict.checkpoint or evaluators.due(
-                        done, c.train.checkpoint_every, last):
+                alarm_save = monitor is not None and parallel.host.any_process(verdict.checkpoint)
+                if stopping or alarm_save or evaluators.due(done, c.train.checkpoint_every, last):
                     wall = start.facts["wall_seconds_before"] + time.time() - start_time
                     self.save(feed, done, start.facts | {"wall_seconds_before": wall})
                 if stopping:
                     writer.close()
-                    if not verdict.stop:
+                    if stop.requested and not verdict.stop:
                         log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
                         return {"stopped_at": done}
                     return self._stop_on_alarm(done, verdict)
