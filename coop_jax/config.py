@@ -18,6 +18,8 @@ from coop_jax import data, kernels, rl
 from coop_jax.models.config import DTYPES
 from coop_jax.models.families import MODEL_FAMILIES
 from coop_jax.models.lora import TARGETS as LORA_TARGETS
+from coop_jax.monitor.settings import (FIELD_DOCS as MONITOR_FIELD_DOCS, MonitorSettings,
+                                       monitor_section)
 from coop_jax.optim import SCHEDULES, WEIGHT_DECAY_MASKS
 from coop_jax.registry import Registry, chosen_by
 from coop_jax.rm.input import QUESTION_FORMATS, TRUNCATIONS
@@ -165,7 +167,17 @@ def base_config() -> ml_collections.ConfigDict:
                                             batch_size=64))
     c.kernels = ml_collections.ConfigDict(dict(impl="auto"))
     c.rm_train = rm_train_section()
+    c.monitor, c.wandb = monitor_section(), wandb_section()  # docs/monitor.md; both off
     return c
+
+
+WANDB_MODES = ("", "online", "offline", "disabled")
+
+
+def wandb_section() -> ml_collections.ConfigDict:
+    """Weights & Biases logging of coop-train's metrics (`metrics_writer.MetricWriter`): off
+    while `project` is empty."""
+    return ml_collections.ConfigDict(dict(project="", mode="", dir=""))
 
 
 def rm_train_section() -> ml_collections.ConfigDict:
@@ -430,6 +442,12 @@ FIELD_DOCS: dict[str, str] = {
     "eval.batch_size": "prompts per evaluation batch",
     "kernels.impl": "kernel implementation of sampling and log-probs",
     **{f"rm_train.{k}": v for k, v in _RM_TRAIN_DOCS.items()},
+    **{f"monitor.{k}": v for k, v in MONITOR_FIELD_DOCS.items()},
+    "wandb.project": "Weights & Biases project to log every step's metrics to (\"\": no W&B); "
+                     "the run is named after the workdir, a resumed run continues it",
+    "wandb.mode": "W&B mode: \"\" (W&B's own, WANDB_MODE) | online | offline (no network or "
+                  "account; `wandb sync` uploads later) | disabled",
+    "wandb.dir": "folder of the W&B run files (\"\": the workdir)",
 }
 
 
@@ -598,6 +616,8 @@ def validate(c: ml_collections.ConfigDict, device_count: int | None = None) -> N
     if not 0 < c.eval.top_p <= 1:
         raise ValueError(f"config.eval.top_p must be in (0, 1], got {c.eval.top_p}")
     _one_of(c.kernels.impl, kernels.IMPLS, "kernels.impl")
+    MonitorSettings.from_dict(c.monitor)  # one line naming config.monitor.<field>
+    _one_of(c.wandb.mode, WANDB_MODES, "wandb.mode")
     _positive(c.train.steps, "train.steps", allow_zero=True)
     shape = tuple(c.mesh.shape)
     if len(shape) != 3 or sum(1 for s in shape if s == -1) > 1 or any(

@@ -222,6 +222,18 @@ def log_with_times() -> None:
     log.propagate = False
 
 
+def log_above_bars(logger: logging.Logger) -> contextlib.AbstractContextManager:
+    """Within it, the lines `logger` prints to the console (`log_with_times`) go above a tqdm
+    progress bar, each on a line of its own, instead of into the bar's line; a logger without a
+    console handler of its own is left alone."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    if not any(isinstance(h, logging.StreamHandler) and h.stream in (sys.stderr, sys.stdout)
+               for h in logger.handlers):
+        return contextlib.nullcontext()
+    return logging_redirect_tqdm(loggers=[logger])
+
+
 # ---------------------------------------------------------------------- checks of user input
 @contextlib.contextmanager
 def usage_errors() -> Iterator[None]:

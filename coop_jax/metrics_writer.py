@@ -25,6 +25,12 @@ def _jsonable(value):
     return value
 
 
+def metrics_row(step: int, metrics: dict) -> dict:
+    """The `metrics.jsonl` row of one step: its metrics as JSON values (a non-finite float is
+    None), keys sorted after "step"."""
+    return {"step": int(step)} | {k: _jsonable(v) for k, v in sorted(metrics.items())}
+
+
 class MetricWriter:
     """`primary=False` (every process of a multi-host run but the first) writes nothing: the
     metrics are already reduced over all hosts."""
@@ -54,7 +60,7 @@ class MetricWriter:
                                     resume=resume_step is not None)
 
     def write(self, step: int, metrics: dict) -> dict:
-        row = {"step": int(step)} | {k: _jsonable(v) for k, v in sorted(metrics.items())}
+        row = metrics_row(step, metrics)
         if self._file is None:
             return row
         self._file.write(json.dumps(row) + "\n")

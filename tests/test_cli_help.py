@@ -14,6 +14,7 @@ from coop_jax.trainer import cli
 from coop_jax.data import rephrase
 from coop_jax.eval import cli as eval_cli
 from coop_jax.eval import report
+from coop_jax.monitor import cli as monitor_cli
 from coop_jax.projects.real_model import verifyrm
 from coop_jax.projects.reward_hacking import diagnostic_reruns
 from coop_jax.projects.reward_hacking import driver
@@ -32,6 +33,8 @@ COMMANDS = {
     "coop-eval": (eval_cli.main, ["--config=FILE", "--checkpoint", "--hf", "--dataset",
                                   "--data_dir", "--[no]greedy", "--out", "--[no]print_config"]),
     "coop-report": (report.main, ["--out", "--group_by"]),
+    "coop-monitor": (monitor_cli.main, ["--config.monitor.threshold", "--config.monitor.signals",
+                                        "--config.FIELD=VALUE", "--dataset", "--out"]),
     "coop-export": (export.main, ["--checkpoint", "--out", "--which", "--step"]),
     "coop-rephrase": (rephrase.main, ["--config.dataset", "--config.data_dir", "--config.url",
                                       "--config.hf_path", "--[no]print_config"]),
@@ -146,6 +149,12 @@ ERRORS = [
     ("coop-train", ["--config=/nonexistent.py", "--workdir=unused"],
      "--config=/nonexistent.py: no such file"),
     ("coop-train", [f"--config={DEFAULT}"], "--config (a config file"),
+    ("coop-train", TRAIN + ["--config.monitor.action=halt"],
+     "config.monitor.action must be one of warn, stop, got 'halt'"),
+    ("coop-train", TRAIN + ["--config.monitor.signals=gap,gapp"],
+     "config.monitor.signals has unknown 'gapp'"),
+    ("coop-train", TRAIN + ["--config.wandb.mode=offlin"], "config.wandb.mode must be one of"),
+    ("coop-monitor", ["replay"], "replay needs at least one PATH"),
     # the data is checked before the model loads
     ("coop-eval", ["--hf=/nonexistent", "--dataset=gsm8k", "--data_dir=/nonexistent", "--out=o"],
      "--data_dir='/nonexistent': no such folder"),

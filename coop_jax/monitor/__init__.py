@@ -4,6 +4,8 @@
 * `signals`: what each signal reads and which a run can compute (`signal_availability`);
 * `detector`: `Monitor` (one step at a time) and `replay` (a whole run's rows);
 * `probes`: master-key probes for any dataset; `cli`: `coop-monitor replay`;
+* `live`: `RunMonitor`, the monitor of a training run (its verdict on each logged row, its
+  state rebuilt on a resume);
 * `panel`: the plot panel of `coop-report`; `validate`: the replay table over the committed runs.
 """
 from coop_jax.monitor.detector import Alarm, Monitor, first_alarm, replay

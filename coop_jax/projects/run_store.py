@@ -220,9 +220,12 @@ def run_all(runs: Sequence[tuple[str, int]], run_fn: RunFn, *, workdir: str,
         if summary is None:
             log.info("run %s seed %d", arm, seed)
             summary = run_fn(arm, seed, run_dir)
-            if "stopped_at" in summary:  # SIGTERM: checkpointed, not finished; a rerun resumes
+            if "stopped_at" in summary:  # SIGTERM or the monitor's stop: checkpointed, not
+                # finished; a rerun resumes
+                why = ("the monitor's alarm" if summary.get("stopped_by") == "monitor"
+                       else "SIGTERM")
                 raise RunStopped(f"run {arm} seed {seed} stopped at step "
-                                 f"{summary['stopped_at']} (SIGTERM; its checkpoint is in "
+                                 f"{summary['stopped_at']} ({why}; its checkpoint is in "
                                  f"{run_dir}): rerun the same command to resume it")
             summary = summary | {"settings_fingerprint": fingerprint(settings),
                                  "settings": settings}

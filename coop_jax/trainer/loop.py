@@ -8,6 +8,9 @@ One step (docs/ALGORITHMS.md, docs/ARCHITECTURE.md), as `Trainer.run` reads:
   evaluate      the evaluators `config.evals` lists, each at its cadence (`trainer.evaluators`:
                 the policy's held-out accuracy, the RM's on its held-out triples, hack probes)
   log / checkpoint
+                (with `monitor.enabled`: each logged row, step 0's included, goes to the
+                reward-hacking monitor first; an alarm is a log line and an event in the row, and
+                with monitor.action=stop a checkpoint and the end of the run: docs/monitor.md)
 With `rollout.overlap` (one-step off-policy, `rollouts.RolloutFeed`), the rollouts of step t+1 are
 sampled by the parameters update t starts from, and their host half runs in a thread while the
 device updates. Resumes from the newest checkpoint of the workdir; SIGTERM saves and exits.
@@ -28,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from coop_jax import checkpoint, data, parallel, sampling
+from coop_jax import checkpoint, console, data, parallel, sampling
 from coop_jax.trainer import cooper, rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
@@ -36,8 +39,10 @@ from coop_jax.data.answer_forms import answer_marker, format_probes
 from coop_jax.hf.build import with_lora
 from coop_jax.eval.evaluate import strict_verifiers
 from coop_jax.eval.report import plot_curves
-from coop_jax.metrics_writer import MetricWriter, read_metrics
+from coop_jax.metrics_writer import MetricWriter, metrics_row, read_metrics
 from coop_jax.models import lora
+from coop_jax.monitor import MonitorSettings, RunTraits
+from coop_jax.monitor.live import QUIET, RunMonitor, Verdict
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.rm.load import RMSource, load_reward_model
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
@@ -165,8 +170,15 @@ class Trainer:
             answer_marker=answer_marker(self.records.train))
         self.eval_settings = evaluators.EvalSettings.from_config(config)
         self.probe_settings = probes.ProbeSettings.from_config(config)
+        self.monitor_settings = MonitorSettings.from_dict(config.monitor)
         for line in rule_header(config, source.trains_rm, source.needs_rm):
             log.info(line)
+        if self.monitor_settings.enabled:
+            traits = RunTraits.from_reward_type(
+                config.reward.type, probes=bool(config.probes.triples and config.probes.every),
+                marker=self.setup.answer_marker is not None)
+            for line in RunMonitor(self.monitor_settings).header(traits):
+                log.info(line)
 
     # -- set-up
     def _policy(self, tokenizer, key):
@@ -296,6 +308,38 @@ class Trainer:
         self.ckpt.save(done, self.state, self.meta(done, facts | feed_meta),
                        host_items=host_items, bases=self._checkpointed_bases())
 
+    # -- the reward-hacking monitor (monitor.enabled), the metrics' writers
+    def writer(self, start: RunStart) -> MetricWriter:
+        """metrics.jsonl, TensorBoard and, with `wandb.project`, Weights & Biases."""
+        w = self.config.wandb
+        return MetricWriter(self.workdir, start.step if self.resuming else None,
+                            primary=jax.process_index() == 0, wandb_project=w.project or None,
+                            wandb_dir=w.dir or None, wandb_mode=w.mode or None,
+                            wandb_config=self.config.to_dict() if w.project else None)
+
+    def run_monitor(self, start: RunStart) -> RunMonitor | None:
+        """The run's monitor (None when off); a resumed run's replays the kept rows up to its
+        checkpoint, so it alarms where an uninterrupted run would."""
+        if not self.monitor_settings.enabled:
+            return None
+        monitor = RunMonitor(self.monitor_settings)
+        if self.resuming:
+            alarms = monitor.replay(read_metrics(self.workdir), start.step)
+            log.info("monitor: replayed the kept metrics up to step %d (%s)", start.step,
+                     ", ".join(f"{a.signal} alarmed at step {a.step}" for a in alarms)
+                     or "no alarm")
+        return monitor
+
+    @staticmethod
+    def log_row(writer: MetricWriter, monitor: RunMonitor | None, step: int,
+                metrics: dict) -> tuple[dict, Verdict]:
+        """Write one step's row, seen by the monitor first: its alarms' lines are logged and
+        its metrics merged into the row; (the row, the monitor's verdict)."""
+        verdict = QUIET if monitor is None else monitor.observe(metrics_row(step, metrics))
+        for line in verdict.lines:
+            log.warning(line)
+        return writer.write(step, metrics | verdict.metrics), verdict
+
     def _start(self, feed: RolloutFeed, pipeline, eval_verifier) -> RunStart:
         """Resume from the newest checkpoint, or evaluate the initial policy and save step 0."""
         if self.resuming:
@@ -379,11 +423,13 @@ class Trainer:
             feed = RolloutFeed(self.setup, pipeline, tools, stack)
             start = self._start(feed, pipeline, eval_verifier)
             context = self.eval_context(eval_verifier)
-            writer = MetricWriter(self.workdir, start.step if self.resuming else None,
-                                  primary=jax.process_index() == 0)
+            writer = self.writer(start)
+            monitor = self.run_monitor(start)
             if start.initial is not None:  # step 0 of the curves: the policy (and RM) before RL
-                writer.write(0, start.initial)
+                self.log_row(writer, monitor, 0, start.initial)  # in the monitor's warm-up
             nan_skips, final = 0, None
+            # log lines (the monitor's alarms, warnings) each on a line of their own above the bar
+            stack.enter_context(console.log_above_bars(log))
             bar = tqdm.tqdm(range(start.step, c.train.steps), initial=start.step,
                             total=c.train.steps, desc="coop-train",
                             disable=jax.process_index() != 0)
@@ -402,17 +448,24 @@ class Trainer:
                 metrics.update(evaluators.run_due(context, done, last))
                 final = metrics if last else final
                 # -- log, checkpoint
-                row = writer.write(done, metrics)
+                row, verdict = self.log_row(writer, monitor, done, metrics)
                 bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
-                                acc=f"{row.get('rule_accuracy', 0):.3f}")
-                stopping = parallel.host.any_process(stop.requested)  # every host saves, or none
-                if stopping or evaluators.due(done, c.train.checkpoint_every, last):
+                                acc=f"{row.get('rule_accuracy', 0):.3f}",
+                                **({"alarm": monitor.monitor.alarms[0].signal}
+                                   if monitor and monitor.monitor.alarms else {}))
+                # every host saves, or none (the monitor sees the same rows on every host, reduced
+                # over all of them, but a resumed host without the kept metrics has no history)
+                stopping = parallel.host.any_process(stop.requested or verdict.stop)
+                alarm_save = monitor is not None and parallel.host.any_process(verdict.checkpoint)
+                if stopping or alarm_save or evaluators.due(done, c.train.checkpoint_every, last):
                     wall = start.facts["wall_seconds_before"] + time.time() - start_time
                     self.save(feed, done, start.facts | {"wall_seconds_before": wall})
                 if stopping:
-                    log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
                     writer.close()
-                    return {"stopped_at": done}
+                    if stop.requested and not verdict.stop:
+                        log.warning("SIGTERM: checkpoint saved at step %d, exiting", done)
+                        return {"stopped_at": done}
+                    return self._stop_on_alarm(done, verdict)
             writer.close()
             if final is None:  # resumed a run that had already finished its steps
                 final = evaluators.run_after_resume(context)
@@ -447,10 +500,27 @@ class Trainer:
         if jax.process_index() == 0:
             with open(os.path.join(self.workdir, "summary.json"), "w") as f:
                 json.dump(summary, f, indent=2)
-            plot_curves({os.path.basename(os.path.abspath(self.workdir)):
-                         read_metrics(self.workdir)}, os.path.join(self.workdir, "curves.png"))
+            self.plot()
         self.ckpt.close()
         return summary
+
+    def plot(self) -> None:
+        """curves.png of the run's metrics, with the monitor panel when the monitor is on."""
+        plot_curves({os.path.basename(os.path.abspath(self.workdir)): read_metrics(self.workdir)},
+                    os.path.join(self.workdir, "curves.png"),
+                    monitor=self.monitor_settings if self.monitor_settings.enabled else None)
+
+    def _stop_on_alarm(self, done: int, verdict: Verdict) -> dict:
+        """monitor.action=stop: the checkpoint of step `done` is saved; curves.png, and what
+        the run returns. A rerun resumes from the checkpoint and goes on (the alarmed signals
+        do not alarm again)."""
+        log.warning("monitor: checkpoint saved at step %d, stopping (monitor.action=stop); a "
+                    "rerun of the same command resumes past the alarm", done)
+        if jax.process_index() == 0:
+            self.plot()
+        self.ckpt.close()
+        return {"stopped_at": done, "stopped_by": "monitor",
+                "alarms": [a.to_json() for a in verdict.alarms]}
 
 
 def train(config, workdir: str) -> dict:
