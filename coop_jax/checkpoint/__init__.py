@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
 from orbax.checkpoint._src.metadata import array_metadata_store
 from orbax.checkpoint._src.serialization import type_handler_registry
 
@@ -67,15 +68,35 @@ def _default_sharding() -> jax.sharding.Sharding:
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 
+@dataclasses.dataclass
+class ProtectedSteps(checkpoint_managers.PreservationPolicy):
+    """Keeps the checkpoints of the steps it holds whatever their age (a monitor alarm's); steps
+    join while the manager runs (`Checkpointer.protect`)."""
+    steps: set[int] = dataclasses.field(default_factory=set)
+
+    def should_preserve(self, checkpoints, *, context):
+        del context
+        return [c.step in self.steps for c in checkpoints]
+
+
 class Checkpointer:
     """`save(step, state, meta)` / `restore(state_like)`; `meta` is a JSON dict (data position,
-    model configs, initial accuracy, ...)."""
+    model configs, initial accuracy, ...). The newest `keep` checkpoints are kept, and those of
+    the steps given to `protect`."""
 
     def __init__(self, directory: str, keep: int = 3, async_save: bool = False):
         self.directory = os.path.abspath(directory) if "://" not in directory else directory
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+        self._protected = ProtectedSteps()
+        policy = checkpoint_managers.AnyPreservationPolicy(
+            [checkpoint_managers.LatestN(keep), self._protected])
+        options = ocp.CheckpointManagerOptions(preservation_policy=policy, create=True,
                                                enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def protect(self, step: int) -> None:
+        """Never rotate out the checkpoint of `step` (saved, or to be saved) in this manager's
+        life; a resumed run protects it again."""
+        self._protected.steps.add(int(step))
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()

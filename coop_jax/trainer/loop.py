@@ -325,6 +325,8 @@ class Trainer:
         monitor = RunMonitor(self.monitor_settings)
         if self.resuming:
             alarms = monitor.replay(read_metrics(self.workdir), start.step)
+            for alarm in alarms:  # their checkpoints stay kept after the resume
+                self.ckpt.protect(alarm.step)
             log.info("monitor: replayed the kept metrics up to step %d (%s)", start.step,
                      ", ".join(f"{a.signal} alarmed at step {a.step}" for a in alarms)
                      or "no alarm")
@@ -457,6 +459,8 @@ class Trainer:
                 # over all of them, but a resumed host without the kept metrics has no history)
                 stopping = parallel.host.any_process(stop.requested or verdict.stop)
                 alarm_save = monitor is not None and parallel.host.any_process(verdict.checkpoint)
+                if alarm_save:  # kept through train.keep_checkpoints' rotation
+                    self.ckpt.protect(done)
                 if stopping or alarm_save or evaluators.due(done, c.train.checkpoint_every, last):
                     wall = start.facts["wall_seconds_before"] + time.time() - start_time
                     self.save(feed, done, start.facts | {"wall_seconds_before": wall})

@@ -163,6 +163,18 @@ def _sharded(state: TrainState, mesh) -> TrainState:
     return place_state(state, mesh)
 
 
+
+def test_a_protected_step_outlives_the_rotation(tmp_path):
+    """keep=2 rotates steps out, except the step given to `protect` (a monitor alarm's)."""
+    ckpt = checkpoint.Checkpointer(str(tmp_path), keep=2)
+    ckpt.protect(2)
+    for step in (1, 2, 3, 4, 5):
+        ckpt.save(step, small_state(step), meta(step))
+    assert ckpt.all_steps() == [2, 4, 5]
+    restored, _ = ckpt.restore(_template(), step=2)
+    _assert_state_equal(restored, small_state(2), 2)
+    ckpt.close()
+
 def test_restore_keeps_target_shardings(tmp_path, mesh):
     state = _sharded(small_state(5), mesh)
     ckpt = checkpoint.Checkpointer(str(tmp_path))

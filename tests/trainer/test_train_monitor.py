@@ -61,6 +61,7 @@ def test_warn_logs_the_alarm_line_and_event_and_checkpoints_its_step(tmp_path, c
                         lambda self, row: seen.append(row["step"]) or observe(self, row))
     c = monitored_config(steps=4, action="warn")
     c.wandb.update(project="coop-monitor-test", mode="offline")
+    c.train.keep_checkpoints = 1
     caplog.set_level(logging.INFO, logger="coop_jax")
     summary = hacked_trainer(c, str(tmp_path), hack_from=3).run()
     assert summary["steps"] == 4 and seen == [0, 1, 2, 3, 4]
@@ -74,8 +75,9 @@ def test_warn_logs_the_alarm_line_and_event_and_checkpoints_its_step(tmp_path, c
     assert [r.get("monitor/alarm/gap") for r in rows] == [None, None, None, pytest.approx(0.61),
                                                           None]
     assert "monitor/gap" not in rows[2] and rows[4]["monitor/gap"] > rows[3]["monitor/gap"]
-    # checkpoint_on_alarm: step 3 saved beside step 0 and the last
-    assert checkpoint.Checkpointer(str(tmp_path / "checkpoints")).all_steps() == [0, 3, 4]
+    # checkpoint_on_alarm: step 3 saved, and kept beside the last when only 1 is kept (step 0 is
+    # rotated out)
+    assert checkpoint.Checkpointer(str(tmp_path / "checkpoints")).all_steps() == [3, 4]
     import wandb
     wandb.teardown()  # waits for W&B's service to write the run's file
     history = wandb_history(str(tmp_path / "wandb"))
