@@ -46,7 +46,7 @@ def test_free_functions_do_not_assign_to_their_arguments(module):
 # The modules that read the whole config: the entry points (each command's setup), the shared
 # infrastructure that defines and checks it, and the research projects. Every stage below them
 # gets typed, frozen settings built once there (`<Settings>.from_config`).
-READS_THE_CONFIG = {"config.py", "console.py", "registry.py", "trainer/loop.py", "trainer/setup.py",
+READS_THE_CONFIG = {"config/__init__.py", "console.py", "registry.py", "trainer/loop.py", "trainer/setup.py",
                     "trainer/cli.py",
                     "rm/train/loop.py", "rm/train/cli.py", "eval/cli.py", "data/rephrase.py"}
 CONFIG_NAMES = {"config", "c"}

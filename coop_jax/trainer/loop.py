@@ -130,7 +130,7 @@ class Trainer:
     config), and the loop `run()` over the step's stages. Only its own methods change its
     state."""
 
-    def __init__(self, config, workdir: str):
+    def __init__(self, config: config_lib.Config, workdir: str):
         self.config, self.workdir = config, workdir
         os.makedirs(workdir, exist_ok=True)
         parallel.maybe_initialize_distributed(config.mesh)
@@ -203,14 +203,14 @@ class Trainer:
     def lora_bases(self) -> dict[str, str]:
         """Where each LoRA base comes from ({"policy": "checkpoint" or its hf_path, "rm": ...}):
         a checkpoint holds the bases the run cannot load again from an hf_path (an SFT warm
-        start's result, a random architecture, a `cooper.rm_checkpoint`)."""
+        start's result, a random architecture, a `rm.checkpoint`)."""
         c, out = self.config, {}
         if self.policy_cfg.lora is not None:
             out["policy"] = (c.model.hf_path if c.model.hf_path and not c.sft.steps
                              else "checkpoint")
         if self.rm is not None and self.rm.config.lora is not None:
             out["rm"] = (c.reward_model.hf_path if c.reward_model.hf_path
-                         and not c.cooper.rm_checkpoint else "checkpoint")
+                         and not c.rm.checkpoint else "checkpoint")
         return out
 
     def _checkpointed_bases(self) -> tuple[str, ...]:
@@ -454,4 +454,5 @@ class Trainer:
 
 
 def train(config, workdir: str) -> dict:
-    return Trainer(config, workdir).run()
+    """Run `config` (a ConfigDict, as the projects build it, or the typed config) in `workdir`."""
+    return Trainer(config_lib.typed(config), workdir).run()
