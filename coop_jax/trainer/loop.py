@@ -136,6 +136,7 @@ class Trainer:
     state."""
 
     def __init__(self, config: config_lib.Config, workdir: str):
+        config = config_lib.typed(config)  # a Config as it is; a ConfigDict (tests) converted
         self.config, self.workdir = config, workdir
         os.makedirs(workdir, exist_ok=True)
         parallel.maybe_initialize_distributed(config.mesh)
