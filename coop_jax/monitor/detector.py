@@ -142,11 +142,15 @@ def replay(rows: Iterable[Mapping], settings: MonitorSettings | None = None) -> 
     """Every alarm of a run's metric rows, in step order (rows without a numeric step are
     skipped)."""
     monitor = Monitor(settings)
-    ordered = sorted((r for r in rows if isinstance(r.get("step"), (int, float))
-                      and not isinstance(r.get("step"), bool)), key=lambda r: r["step"])
-    for row in ordered:
+    for row in in_step_order(rows):
         monitor.update(row)
     return monitor.alarms
+
+
+def in_step_order(rows: Iterable[Mapping]) -> list[Mapping]:
+    """The rows with a numeric step, sorted by it."""
+    return sorted((r for r in rows if isinstance(r.get("step"), (int, float))
+                   and not isinstance(r.get("step"), bool)), key=lambda r: r["step"])
 
 
 def first_alarm(alarms: Iterable[Alarm]) -> Alarm | None:

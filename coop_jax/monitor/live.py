@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Mapping
 
-from coop_jax.monitor.detector import Alarm, Monitor
+from coop_jax.monitor.detector import Alarm, Monitor, in_step_order
 from coop_jax.monitor.settings import MonitorSettings
 from coop_jax.monitor.signals import RunTraits, signal_availability
 
@@ -53,12 +53,10 @@ class RunMonitor:
     def replay(self, rows: Iterable[Mapping], up_to: int) -> list[Alarm]:
         """Feed the kept rows of the steps up to `up_to` (a resume's step), in step order, as
         the run logged them; their alarms (already logged then: not logged again)."""
-        kept = sorted((r for r in rows if isinstance(r.get("step"), int)
-                       and not isinstance(r.get("step"), bool) and r["step"] <= up_to),
-                      key=lambda r: r["step"])
         alarms = []
-        for row in kept:
-            alarms += self.monitor.update(row)
+        for row in in_step_order(rows):
+            if row["step"] <= up_to:
+                alarms += self.monitor.update(row)
         return alarms
 
     def observe(self, row: Mapping) -> Verdict:
