@@ -61,6 +61,19 @@ def _rows(path: pathlib.Path) -> int:
         return sum(1 for line in fh if line.strip())
 
 
+@pytest.fixture(autouse=True)
+def _coop_jax_logger_restored():
+    """A CLI main run in-process (`console.log_with_times`) gives the "coop_jax" logger a console
+    handler and stops its propagation; undone after each test, so that a later test's caplog on the
+    same worker still sees coop_jax's lines."""
+    import logging
+
+    logger = logging.getLogger("coop_jax")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
     """The benchmark folder (gsm8k/, math500/): the full copy when present, else the fixtures."""
