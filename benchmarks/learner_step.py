@@ -20,7 +20,7 @@ The default arms are the learner's three shortcuts (issue 39, items 1-3), turned
     python benchmarks/learner_step.py --config configs/default.py --steps 20 --pairs 2 --skip 2 \
         --out docs/results/learner_step/demo.json
     python benchmarks/learner_step.py --config configs/smollm2_arithmetic.py --steps 4 \
-        --set train.eval_every=1000 --set data.num_eval=0 \
+        --set evals.policy.every=1000 --set data.num_eval=0 \
         --out docs/results/learner_step/smollm2.json
 
 Step times are wall times: run it on otherwise idle cores.
@@ -123,7 +123,8 @@ def main(argv=None) -> None:
                    metavar="NAME:FIELD=VALUE,...", help="an arm (repeat; the first is the "
                    "baseline); default: " + " ".join(DEFAULT_ARMS))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="a further config override of every arm, e.g. --set train.eval_every=1000")
+                   help="a further config override of every arm, e.g. "
+                   "--set evals.policy.every=1000")
     p.add_argument("--out", default=None, help="JSON file for the results")
     a = p.parse_args(argv)
     a.arm = a.arm or [parse_arm(t) for t in DEFAULT_ARMS]

@@ -73,7 +73,7 @@ def arms(assistant: str, policy: str, probes: str) -> dict[str, list[str]]:
     # the reward-hacking plan's diagnostics: strict numeric gold, probes, KL to the start policy
     out["static_rm + probes + strict gold"] = base + [
         c + "reward.type=static_rm", c + "verifier.extraction=strict_numeric",
-        c + f"probes.triples={probes}", c + "probes.every=1", c + "rl.log_kl_to_start=True"]
+        c + f"probes.triples={probes}", c + "evals.probes.every=1", c + "rl.log_kl_to_start=True"]
     out["cooper/rollout + LoRA (policy and RM)"] = base + warm + [
         c + "reward.type=cooper", c + "cooper.negative=rollout", c + "model.lora.rank=4",
         c + "reward_model.lora.rank=4"]

@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
     p.add_argument("--skip", type=int, default=2,
                    help="first steps left out of the step-time mean (compilation)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="further config overrides for both runs, e.g. --set train.eval_every=10")
+                   help="further config overrides for both runs, e.g. --set evals.policy.every=10")
     p.add_argument("--workdir", default="", help="keep the two runs here (default: a temp dir)")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "results", "overlap",
                                                  "overlap.json"))

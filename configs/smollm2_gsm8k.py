@@ -29,9 +29,11 @@ def get_config():
     c.rl.update(advantage="grpo", aggregation="token_mean", kl_coef=0.0)
     c.optim.update(learning_rate=1e-6, warmup_steps=0, schedule="constant", weight_decay=0.0)
     c.reward.type = "rule"
-    c.cooper.update(negative="rollout", learning_rate=1e-5, max_len=384, heldout_every=0)
+    c.cooper.update(negative="rollout", learning_rate=1e-5)
+    c.rm.max_len = 384
     c.verifier.update(num_workers=2)
-    c.train.update(steps=10, eval_every=0, checkpoint_every=10)
+    c.train.update(steps=10, checkpoint_every=10)
+    c.evals.update(policy=dict(every=0), rm_heldout=dict(every=0))
     c.eval.update(temperature=1.0, top_p=1.0, k=1, batch_size=32)
     c.mesh.shape = (-1, 1, 1)
     return c

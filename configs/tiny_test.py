@@ -16,8 +16,10 @@ def get_config():
     c.rollout.update(group_size=2, prompts_per_step=2, max_new_tokens=8)
     c.optim.update(learning_rate=1e-3, warmup_steps=0)
     c.rl.kl_coef = 0.01
-    c.cooper.update(negative="perturb", max_len=48, heldout_every=0)
-    c.train.update(steps=2, eval_every=0, checkpoint_every=1)
+    c.cooper.negative = "perturb"
+    c.rm.max_len = 48
+    c.train.update(steps=2, checkpoint_every=1)
+    c.evals.update(policy=dict(every=0), rm_heldout=dict(every=0))
     c.eval.update(batch_size=4, k=2)
     c.verifier.update(num_workers=1)
     c.mesh.shape = (2, 1, 4)

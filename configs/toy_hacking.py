@@ -29,24 +29,25 @@ def get_config():
     # embeddings) and a new scalar head; the 0.6M character-level RM stays near chance on this
     # task (docs/results/reward_hacking/). Inputs are ~55 BPE tokens.
     c.reward_model.update(hf_path=smollm2_gguf(), keep_layers=4, tokenizer="",
-                          param_dtype="float32", dtype="float32",
-                          question_format="question")  # as run before issue 13: raw questions
+                          param_dtype="float32", dtype="float32")
+    # as run before issue 13: raw questions; the driver names the RM each arm starts from
+    c.rm.update(question_format="question", max_len=64, checkpoint="")
     c.rollout.update(group_size=8, prompts_per_step=8)
     # the arms' pairs: one per group, no reference positive unless an arm says otherwise (the
     # demo's Cooper defaults differ since issue 64; the experiment's runs were made with these)
     c.cooper.update(negative="rollout", pairs_per_group=1, reference_positive=False,
-                    learning_rate=1e-5, warmup_ratio=0.0, max_len=64,
-                    # the RM on the fixed held-out triples (the on-policy metrics are every step)
-                    heldout_every=50, no_pair_step="skip",  # as run before issue 13
+                    learning_rate=1e-5, warmup_ratio=0.0,
+                    no_pair_step="skip",  # as run before issue 13
                     # the assistant of the cooper_rewrite arm (not in the default methods)
-                    assistant_hf_path=smollm2_gguf(),
-                    rm_checkpoint="")  # the driver names the RM each arm starts from
-    c.train.update(steps=200, eval_every=20, checkpoint_every=50)
+                    assistant_hf_path=smollm2_gguf())
+    c.train.update(steps=200, checkpoint_every=50)
+    # the RM on the fixed held-out triples every 50 steps (the on-policy metrics are every step);
+    # the probes' RM false-accept rate and policy log-likelihood every 10
+    c.evals.update(policy=dict(every=20), rm_heldout=dict(every=50), probes=dict(every=10))
     c.data.num_eval = 1000  # held-out questions of every evaluation, the final one included
     # Gold (rule rewards, rule labels, the evaluation's "_strict" accuracy) needs an integer after
     # the answer marker: the lenient rules accept a restated question ("7+2-3" for 7+2-3).
     c.verifier.extraction = "strict_numeric"
-    c.probes.every = 10  # the probes' RM false-accept rate and policy log-likelihood
     c.rl.log_kl_to_start = True  # KL(pi || pi_start) of the rollouts, for gold / proxy vs sqrt(KL)
     c.experiment = ml_collections.ConfigDict(dict(
         # comma-separated, so one arm / one seed can be rerun alone from the command line

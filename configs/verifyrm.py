@@ -29,7 +29,8 @@ ROWS_PER_MICRO_BATCH = 16
 def get_config():
     c = rm_train_config()
     c.reward_model.update(hf_path=MODEL, param_dtype="float32", dtype="bfloat16", remat=True,
-                          scan_layers=True, question_format="question", truncation_side="right")
+                          scan_layers=True)
+    c.rm.update(question_format="question", truncation_side="right")
     c.rm_train.update(
         mode="train", epochs=3, learning_rate=2e-5, weight_decay=0.01,
         weight_decay_mask="no_bias_norm", warmup_ratio=0.0, schedule="linear", grad_clip=1.0,

@@ -45,7 +45,7 @@ class Param:
     def read(self, config) -> Any:
         value = config
         for part in self.field.split("."):
-            value = value[part]
+            value = getattr(value, part)
         return self.convert(value) if self.convert is not None else value
 
 

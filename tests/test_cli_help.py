@@ -150,9 +150,9 @@ ERRORS = [
      "--config=/nonexistent.py: no such file"),
     ("coop-train", [f"--config={DEFAULT}"], "--config (a config file"),
     ("coop-train", TRAIN + ["--config.monitor.action=halt"],
-     "config.monitor.action must be one of warn, stop, got 'halt'"),
+     "config.monitor.action must be one of ['warn', 'stop'], got 'halt'"),
     ("coop-train", TRAIN + ["--config.monitor.signals=gap,gapp"],
-     "config.monitor.signals has unknown 'gapp'"),
+     "config.monitor.signals must be comma-separated names of"),
     ("coop-train", TRAIN + ["--config.wandb.mode=offlin"], "config.wandb.mode must be one of"),
     ("coop-monitor", ["replay"], "replay needs at least one PATH"),
     # the data is checked before the model loads

@@ -46,7 +46,7 @@ def test_free_functions_do_not_assign_to_their_arguments(module):
 # The modules that read the whole config: the entry points (each command's setup), the shared
 # infrastructure that defines and checks it, and the research projects. Every stage below them
 # gets typed, frozen settings built once there (`<Settings>.from_config`).
-READS_THE_CONFIG = {"config.py", "console.py", "registry.py", "trainer/loop.py", "trainer/setup.py",
+READS_THE_CONFIG = {"config/__init__.py", "console.py", "registry.py", "trainer/loop.py", "trainer/setup.py",
                     "trainer/cli.py",
                     "rm/train/loop.py", "rm/train/cli.py", "eval/cli.py", "data/rephrase.py"}
 CONFIG_NAMES = {"config", "c"}
@@ -120,3 +120,42 @@ def test_the_tests_mirror_the_package_tree():
         assert path.name in WHOLE_REPOSITORY_TESTS or (PACKAGE / module).is_file(), (
             f"tests/{path.name} tests no module directly in coop_jax/: move it to the folder "
             "of its package")
+
+
+# ---------------------------------------------------------------------- the typed config
+# reads the RM input settings of checkpoints saved before the rename (`trained_input_format`)
+READ_SAVED_CONFIGS = {"rm/input.py"}
+
+
+def test_renamed_fields_are_named_only_by_the_rename_map():
+    """An old field name (`cooper.rm_checkpoint`, `train.eval_every`, ...) lives on only in
+    `config.renames`, which moves its value to the new name: the RM's checkpoint is read from the
+    `rm` section alone, each evaluator's schedule from `evals`."""
+    import re
+
+    from coop_jax.config.renames import RENAMED
+    names = {old: re.compile(rf"(?<![\w.]){re.escape(old)}\b") for old in RENAMED}
+    bad = [f"{rel}: {old}" for p in SOURCES
+           for rel in [p.relative_to(PACKAGE).as_posix()] if rel != "config/renames.py"
+           for old, name in names.items()
+           if name.search(p.read_text()) and rel not in READ_SAVED_CONFIGS]
+    bad += [f"{p.relative_to(PACKAGE)}: rm_checkpoint" for p in SOURCES
+            if "rm_checkpoint" in p.read_text()
+            and p.relative_to(PACKAGE).as_posix() != "config/renames.py"]
+    assert not bad, bad
+
+
+def test_the_config_is_typed_once_at_the_entry_points():
+    """`config.typed(...)` (the ConfigDict's one conversion) is called only where the config is
+    read: the command lines, the library entry points the projects call (`loop.train`,
+    `rm.train.loop.train_reward_model`) and the start checks."""
+    bad = []
+    for rel, tree in _below_the_entry_points():
+        bad += [f"{rel}:{node.lineno}" for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("typed")]
+    assert not bad, bad
+    trainer = next(n for n in ast.parse((PACKAGE / "trainer/loop.py").read_text()).body
+                   if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    init = next(f for f in trainer.body if isinstance(f, ast.FunctionDef)
+                and f.name == "__init__")
+    assert ast.unparse(init.args.args[1].annotation) == "config_lib.Config"

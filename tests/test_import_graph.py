@@ -165,7 +165,7 @@ def test_nothing_imports_the_eval_cli():
 
 # the shared infrastructure: the only modules directly in coop_jax/ (both trainers, the
 # evaluation and the projects use each); everything else lives in a package named for its role
-SHARED_INFRASTRUCTURE = {"coop_jax", "coop_jax.registry", "coop_jax.config", "coop_jax.console",
+SHARED_INFRASTRUCTURE = {"coop_jax", "coop_jax.registry", "coop_jax.console",
                          "coop_jax.jsonl", "coop_jax.stats", "coop_jax.optim",
                          "coop_jax.metrics_writer", "coop_jax.sharding_rules"}
 

@@ -7,8 +7,8 @@
 
 Writes OUT/report.json and OUT/samples.jsonl. Lengths, template and verifier settings come from
 the config (`data.max_prompt_len`, `rollout.max_new_tokens`, `data.prompt_template`,
-`verifier.*`, `eval.batch_size`, `cooper.max_len`) unless a flag overrides them. An RM's
-inputs follow its checkpoint's `reward_model.question_format` / `truncation_side` and
+`verifier.*`, `eval.batch_size`, `rm.max_len`) unless a flag overrides them. An RM's
+inputs follow its checkpoint's `rm.question_format` / `truncation_side` and
 `data.prompt_template` (RMs saved before those options existed: raw questions, tail kept).
 With no --data_dir, gsm8k / math500 / math come from the Hugging Face Hub (pinned, cached).
 """
@@ -29,7 +29,8 @@ from ml_collections import config_flags
 
 from coop_jax import console, hf, parallel
 from coop_jax.checkpoint import load_model
-from coop_jax.config import base_config, field_doc, resolve_mesh_shape
+from coop_jax.config import (Config, base_config, field_doc, from_saved, resolve_mesh_shape,
+                             typed)
 from coop_jax.data import (DATASETS, DEFAULT_TEMPLATES, PROMPT_TEMPLATES, SyntheticConfig,
                            format_prompt, load_split)
 from coop_jax.eval.evaluate import evaluate_policy, strict_verifiers
@@ -72,7 +73,7 @@ def define_flags(fv: flags.FlagValues, argv: list[str]) -> None:
     flags.DEFINE_integer("max_new_tokens", None, "response tokens", **d)
     flags.DEFINE_string("rm_triples", None, "JSONL of {question, reference, completion, label}: "
                         "evaluate a reward model instead of a policy", **d)
-    flags.DEFINE_integer("max_len", None, "RM input tokens (default: config.cooper.max_len)", **d)
+    flags.DEFINE_integer("max_len", None, "RM input tokens (default: config.rm.max_len)", **d)
     flags.DEFINE_string("out", None, "output folder", **d)
     console.define_print_config(fv)
 
@@ -106,19 +107,24 @@ def _validate(f: flags.FlagValues) -> None:
         raise UsageError(f"--top_p must be in (0, 1], got {f.top_p}")
 
 
-def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collections.ConfigDict,
-                                                                     bool]:
-    """(config, whether it came from the user or the checkpoint rather than the defaults)."""
+def _resolve_config(f: flags.FlagValues, meta: dict | None) -> tuple[Config, bool]:
+    """(the typed config, whether it came from the user or the checkpoint rather than the
+    defaults): the one conversion of the command's ConfigDict."""
+    config, given = _chosen_config(f, meta)
+    with console.usage_errors():
+        return typed(config), given
+
+
+def _chosen_config(f: flags.FlagValues, meta: dict | None) -> tuple[ml_collections.ConfigDict,
+                                                                    bool]:
     if f["config"].present:
         return f.config, True
     if meta and isinstance(meta.get("config"), dict):
-        config = base_config()
-        config.unlock()
-        config.update(ml_collections.ConfigDict(meta["config"]))
+        config = from_saved(meta["config"])
         # an RM saved before the input options existed read raw questions
         trained = trained_input_format(meta["config"])
-        config.reward_model.update(question_format=trained["question_format"],
-                                   truncation_side=trained["truncation_side"])
+        config.rm.update(question_format=trained["question_format"],
+                         truncation_side=trained["truncation_side"])
         overrides = config_flags.get_override_values(f["config"])
         if overrides:
             config.update_from_flattened_dict(overrides)
@@ -202,7 +208,7 @@ def _prompt_len(f: flags.FlagValues, config, config_given: bool, tokenizer, reco
 
 def _template(f: flags.FlagValues, config, config_given: bool) -> str:
     """--template, else the config's when --config or a checkpoint gives one, else the dataset's
-    (a policy's prompts, and an RM's `<question>` with reward_model.question_format=prompt)."""
+    (a policy's prompts, and an RM's `<question>` with rm.question_format=prompt)."""
     template = _pick(f.template, config.data.prompt_template if config_given
                      else DEFAULT_TEMPLATES.get(_pick(f.dataset, config.data.dataset),
                                                 config.data.prompt_template))

@@ -27,7 +27,7 @@ def load_model(section, tokenizer, mesh, rng, *, num_labels: int = 0, hf_path: s
                              f"{num_labels}")
         return lm.config, lm.params, lm
     if len(tokenizer) > section.vocab_size:
-        hint = ("; set config.cooper.rm_checkpoint (a trained VerifyRM) or "
+        hint = ("; set config.rm.checkpoint (a trained VerifyRM) or "
                 "config.reward_model.hf_path" if field == "reward_model" else "")
         raise ValueError(f"config.{field}.vocab_size ({section.vocab_size}) is smaller than the "
                          f"tokenizer ({len(tokenizer)} tokens){hint}")

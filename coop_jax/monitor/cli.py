@@ -78,7 +78,7 @@ def replay_run(path: str, rows: list[dict], settings: MonitorSettings) -> dict[s
     keys = {k for row in rows for k in row}
     unavailable = {a.signal: a.reason for a in signal_availability(
         settings, RunTraits.from_metric_keys(keys)) if a.on and not a.available}
-    for name in settings.signals:  # the run has what it needs but never logged the metric
+    for name in settings.watched:  # the run has what it needs but never logged the metric
         if name not in unavailable and not any(SIGNALS[name].value(r) is not None for r in rows):
             unavailable[name] = f"the run logged no value of it ({SIGNALS[name].what})"
     line = {"path": path, "alarm_step": first and first.step, "signal": first and first.signal}

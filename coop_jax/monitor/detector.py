@@ -110,7 +110,7 @@ class Monitor:
     def __init__(self, settings: MonitorSettings | None = None):
         self.settings = settings or MonitorSettings()
         self._trackers = {name: _Tracker(SIGNALS[name], self.settings)
-                          for name in self.settings.signals}
+                          for name in self.settings.watched}
         self.alarms: list[Alarm] = []
         self.seen: set[str] = set()  # the metric keys seen so far
 

@@ -80,7 +80,7 @@ NEED_REASONS = {
     "rm": "no reward model scores the rollouts (the reward is not static_rm, cooper or hybrid)",
     "rule_labels": "no rule labels of the rollouts (a label-free reward on data without "
                    "references logs no rule_accuracy)",
-    "probes": "no hack probes are scored (set probes.triples and probes.every)",
+    "probes": "no hack probes are scored (set probes.triples and evals.probes.every)",
     "marker": "the task has no answer marker (rollout/marker_rate is not logged)",
 }
 
@@ -124,6 +124,6 @@ def signal_availability(settings: MonitorSettings, traits: RunTraits) -> list[Av
     out = []
     for name, signal in SIGNALS.items():
         missing = [need for need in signal.needs if not getattr(traits, need)]
-        out.append(Availability(name, name in settings.signals, not missing,
+        out.append(Availability(name, name in settings.watched, not missing,
                                 "; ".join(NEED_REASONS[m] for m in missing)))
     return out

@@ -99,7 +99,8 @@ def _resolve_distributed(mesh_config) -> dict[str, tuple[object, str]]:
     """Each set field -> (value, where it came from): the config field, else COOP_*, else JAX_*."""
     found = {}
     for field, coop_var, jax_var, parse in _DISTRIBUTED_FIELDS:
-        value = mesh_config.get(field, _UNSET[field]) if mesh_config is not None else _UNSET[field]
+        value = (getattr(mesh_config, field, _UNSET[field]) if mesh_config is not None
+                 else _UNSET[field])
         if value != _UNSET[field]:
             found[field] = (value, f"mesh.{field}")
             continue
@@ -152,7 +153,7 @@ def _use_gloo_on_cpu() -> None:
 
 
 def maybe_initialize_distributed(mesh_config: ml_collections.ConfigDict | bool) -> None:
-    """Multi-process start-up from the `config.mesh` section (a bool is read as
+    """Multi-process start-up from the `config.mesh` section, typed or not (a bool is read as
     `mesh.distributed` with nothing else set).
 
     Nothing happens when `mesh.distributed` is False or when `jax.distributed` is already

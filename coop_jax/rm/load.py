@@ -1,4 +1,4 @@
-"""The RM a run starts from: a trained checkpoint (`cooper.rm_checkpoint`: a coop-train or
+"""The RM a run starts from: a trained checkpoint (`rm.checkpoint`: a coop-train or
 coop-train-rm workdir, or a kept portable RM decoded onto `reward_model.hf_path`), else the
 `reward_model` section (an HF causal LM with a new scalar head, or a random architecture), with
 fresh LoRA adapters under `reward_model.lora`."""
@@ -32,7 +32,7 @@ class RewardModel(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class RMSource:
     """Where a run's RM comes from, read once from the config by the entry point: `checkpoint`
-    (`cooper.rm_checkpoint`, "" for none), else `model` (the `reward_model` section, as
+    (`rm.checkpoint`, "" for none), else `model` (the `reward_model` section, as
     `hf.build.load_model` reads it); the run's input format (checked against a checkpoint's);
     the policy's tokenizer path (a random RM reads the policy's tokens)."""
     checkpoint: str
@@ -42,13 +42,13 @@ class RMSource:
 
     @classmethod
     def from_config(cls, config) -> "RMSource":
-        return cls(config.cooper.rm_checkpoint, config.reward_model,
+        return cls(config.rm.checkpoint, config.reward_model,
                    RMInputFormat.from_config(config),
                    config.model.tokenizer or config.model.hf_path)
 
 
 def load_reward_model(source: RMSource, tokenizer, mesh, key) -> RewardModel:
-    """The RM: a trained checkpoint (`cooper.rm_checkpoint`) or `reward_model` (HF path or
+    """The RM: a trained checkpoint (`rm.checkpoint`) or `reward_model` (HF path or
     random architecture), with fresh adapters under `reward_model.lora`. A source that does not
     fit the run (a random RM narrower than the policy's tokenizer, a portable RM without its
     base) is a UsageError naming the field."""
@@ -80,11 +80,11 @@ def _reward_model(source: RMSource, tokenizer, mesh, key) -> RewardModel:
     if lm is None or lm.new_head:
         log.warning("UNTRAINED REWARD MODEL: %s, so it scores at chance; Cooper starts from a "
                     "trained VerifyRM (coop-train-rm, or python -m "
-                    "coop_jax.projects.real_model.verifyrm) named by config.cooper.rm_checkpoint",
+                    "coop_jax.projects.real_model.verifyrm) named by config.rm.checkpoint",
                     "the RM is drawn at random (no reward_model.hf_path or "
-                    "config.cooper.rm_checkpoint)" if lm is None else
+                    "config.rm.checkpoint)" if lm is None else
                     f"{section.hf_path} is a causal LM: its score head is newly drawn and "
-                    "config.cooper.rm_checkpoint is empty")
+                    "config.rm.checkpoint is empty")
     if section.hf_path:
         return RewardModel(rm_cfg, params, load_tokenizer(section.hf_path), section.hf_path)
     # a random RM reads the policy's tokens
@@ -96,7 +96,7 @@ def _portable_rm(section, rm_path: str, mesh):
     (`checkpoint.portable`; a folder that also holds the decoded `checkpoints/` loads those):
     that base is loaded here, the kept RM decoded onto it."""
     if not section.hf_path:
-        raise ValueError(f"config.cooper.rm_checkpoint {rm_path} is a portable RM: set "
+        raise ValueError(f"config.rm.checkpoint {rm_path} is a portable RM: set "
                          "config.reward_model.hf_path to the base it was trained from"
                          f"{_trained_base_hint(rm_path)}")
     rm_cfg, base, lm = load_model(section, None, None, None, num_labels=1, field="reward_model")

@@ -34,19 +34,19 @@ def define_flags(fv, argv: list[str]) -> None:
     console.define_print_config(fv)
 
 
-def check_paths(config) -> None:
+def check_paths(config: config_lib.Config) -> None:
     """UsageError naming the first data or model path of the run that does not exist (before
-    JAX starts or anything loads); `config` is valid."""
+    JAX starts or anything loads)."""
     d, source = config.data, rewards.reward_source(config.reward.type)
     check_data_files("config.data.data_dir", d.dataset, d.data_dir, {
         "config.data.train_split": d.train_split, "config.data.eval_split": d.eval_split})
     check_model_path("config.model.hf_path", config.model.hf_path)
     check_model_path("config.model.tokenizer", config.model.tokenizer, tokenizer=True)
     if source.needs_rm:
-        console.check_folder("config.cooper.rm_checkpoint", config.cooper.rm_checkpoint)
-        if not config.cooper.rm_checkpoint:
+        console.check_folder("config.rm.checkpoint", config.rm.checkpoint)
+        if not config.rm.checkpoint:
             check_model_path("config.reward_model.hf_path", config.reward_model.hf_path)
-        console.check_file("config.cooper.heldout_triples", config.cooper.heldout_triples)
+        console.check_file("config.rm.heldout_triples", config.rm.heldout_triples)
     if source.trains_rm and config.cooper.negative == "rewrite":
         check_model_path("config.cooper.assistant_hf_path",
                                  config.cooper.assistant_hf_path)
@@ -64,8 +64,8 @@ def main(argv: list[str]) -> dict:
     if config is None or not fv.workdir:
         raise UsageError("--config (a config file, e.g. configs/default.py) and --workdir are "
                          "required")
-    with console.usage_errors():
-        validate_config(config)
+    with console.usage_errors():  # the one conversion of the ConfigDict to the typed config
+        config = validate_config(config_lib.typed(config))
     check_paths(config)
     console.log_with_times()
     parallel.maybe_initialize_distributed(config.mesh)

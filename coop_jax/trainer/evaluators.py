@@ -1,12 +1,12 @@
 """The evaluations of a run, declared in the config and run by the loop.
 
-`config.evals` lists them by name (comma-separated names of EVALUATORS, in the order they run);
-each evaluator names the config field of its cadence. The loop runs every listed evaluator on the
-policy before RL (step 0), every `every` steps (0: never in between) and after the last step. A
-new evaluation is one `@register_evaluator` function here, its cadence field, and its name in
-`config.evals`:
+`config.evals` declares them with their schedule, the big_vision way: `evals.<name>.every`
+(a name of EVALUATORS). The loop runs every declared evaluator, in the order they were
+registered, on the policy before RL (step 0), every `every` steps (0: never in between; -1: not
+at all) and after the last step. A new evaluation is one `@register_evaluator` function here and
+its entry in the config (`c.evals.my_eval = dict(every=10)`):
 
-    @register_evaluator("my_eval", every="train.eval_every")
+    @register_evaluator("my_eval")
     def my_eval(run: EvalContext) -> dict:
         return {"my_eval/score": ...}
 
@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 from coop_jax.eval.evaluate import evaluate_policy
-from coop_jax.registry import Param, Registry, first_doc_line
+from coop_jax.registry import Registry, first_doc_line
 from coop_jax.rm.input import RMInputFormat, read_triples
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS
@@ -29,7 +29,7 @@ from coop_jax.sampling.engine import DEFAULT_SLOT_HALVINGS
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
     """What the evaluators read of the config, built once by the entry point (`from_config`):
-    the schedule (each listed evaluator's name and cadence, in `config.evals` order), the
+    the schedule (each declared evaluator's name and cadence, in registry order), the
     policy evaluation's sampling (`eval`, with the rollouts' prompt and length), the RM's held-out
     triples and input format. The policy evaluation samples with the rollouts' engine
     (`rollout.engine`, `rollout.slots`, `rollout.slot_halvings`)."""
@@ -54,13 +54,11 @@ class EvalSettings:
     @classmethod
     def from_config(cls, config) -> "EvalSettings":
         e, d = config.eval, config.data
-        schedule = tuple((name, int(EVALUATORS[name].every.read(config)))
-                         for name in names(config.evals))
-        return cls(schedule, d.prompt_template, bool(d.chat_template), d.max_prompt_len,
-                   config.rollout.max_new_tokens, e.k, e.temperature, e.top_p, e.headline,
-                   e.batch_size, config.seed, config.kernels.impl,
-                   config.cooper.heldout_triples,
-                   RMInputFormat.from_config(config) if config.cooper.heldout_triples else None,
+        return cls(schedule(config.evals), d.prompt_template, bool(d.chat_template),
+                   d.max_prompt_len, config.rollout.max_new_tokens, e.k, e.temperature,
+                   e.top_p, e.headline, e.batch_size, config.seed, config.kernels.impl,
+                   config.rm.heldout_triples,
+                   RMInputFormat.from_config(config) if config.rm.heldout_triples else None,
                    config.rollout.engine, int(config.rollout.slots),
                    int(config.rollout.slot_halvings))
 
@@ -82,40 +80,40 @@ class EvalContext:
 
 @dataclasses.dataclass(frozen=True)
 class Evaluator:
-    """A `config.evals` entry: `run(context) -> metrics`; `every`: its cadence field;
-    `after_resume`: also run when a resumed run had already finished its steps (for the
-    summary's final values)."""
+    """An evaluator a config declares in `evals`: `run(context) -> metrics`; `after_resume`: also
+    run when a resumed run had already finished its steps (for the summary's final values)."""
     name: str
     run: Callable[[EvalContext], dict]
-    every: Param
     after_resume: bool = True
 
 
 EVALUATORS: Registry[Evaluator] = Registry("evals")
 
 
-def register_evaluator(name: str, *, every: str, after_resume: bool = True):
-    """Decorator: register `fn(context) -> metrics` as evaluator `name`, run every `every`."""
+def register_evaluator(name: str, *, after_resume: bool = True):
+    """Decorator: register `fn(context) -> metrics` as evaluator `name` (scheduled by the
+    config's `evals.<name>.every`)."""
     def register(fn):
-        EVALUATORS.register(name, Evaluator(name, fn, Param(every), after_resume),
-                            doc=first_doc_line(fn))
+        EVALUATORS.register(name, Evaluator(name, fn, after_resume), doc=first_doc_line(fn))
         return fn
     return register
 
 
-def names(evals: str) -> list[str]:
-    """The evaluator names of a `config.evals` string."""
-    return [n.strip() for n in evals.split(",") if n.strip()]
+def schedule(evals) -> tuple[tuple[str, int], ...]:
+    """(name, every) of the evaluators the config's `evals` section declares and runs (every
+    >= 0), in registry order."""
+    declared = {name: getattr(evals, name).every for name in evals.names()}
+    return tuple((name, declared[name]) for name in EVALUATORS
+                 if name in declared and declared[name] >= 0)
 
 
-def validate(evals: str) -> None:
-    """Raise ValueError naming config.evals when `evals` lists an unknown or repeated
-    evaluator."""
-    listed = names(evals)
-    for name in listed:
-        EVALUATORS.check(name)
-    if len(set(listed)) != len(listed):
-        raise ValueError(f"config.evals lists an evaluator twice: {evals!r}")
+def validate(evals) -> None:
+    """Raise ValueError naming config.evals.<name> when the section declares an evaluator that
+    is not registered."""
+    for name in evals.names():
+        if name not in EVALUATORS:
+            raise ValueError(f"config.evals.{name}: no such evaluator (one of "
+                             f"{list(EVALUATORS)})")
 
 
 def scheduled(schedule: Sequence[tuple[str, int]]) -> list[tuple[Evaluator, int]]:
@@ -148,7 +146,7 @@ def run_after_resume(context: EvalContext) -> dict:
 
 
 # ---------------------------------------------------------------------- the evaluators
-@register_evaluator("policy", every="train.eval_every")
+@register_evaluator("policy")
 def policy_accuracy(run: EvalContext) -> dict:
     """The policy's greedy accuracy, avg@k (eval.k samples) and the headline one of the two on
     the held-out split (lenient; a dataset's strict gold beside it, "..._strict")."""
@@ -172,9 +170,9 @@ def policy_accuracy(run: EvalContext) -> dict:
     return metrics
 
 
-@register_evaluator("rm_heldout", every="cooper.heldout_every")
+@register_evaluator("rm_heldout")
 def rm_heldout_accuracy(run: EvalContext) -> dict:
-    """The RM's accuracy on the held-out triples of `cooper.heldout_triples` (when set)."""
+    """The RM's accuracy on the held-out triples of `rm.heldout_triples` (when set)."""
     path = run.settings.rm_heldout_triples
     if run.rm is None or not path:
         return {}
@@ -184,7 +182,7 @@ def rm_heldout_accuracy(run: EvalContext) -> dict:
     return {"rm_heldout_accuracy": report["accuracy"]["mean"]}
 
 
-@register_evaluator("probes", every="probes.every", after_resume=False)
+@register_evaluator("probes", after_resume=False)
 def hack_probes(run: EvalContext) -> dict:
     """The hack probes' RM false-accept rate and policy log-likelihood (`probes.triples`)."""
     return run.probes() if run.probes is not None else {}

@@ -41,7 +41,7 @@ from coop_jax.eval.evaluate import strict_verifiers
 from coop_jax.eval.report import plot_curves
 from coop_jax.metrics_writer import MetricWriter, metrics_row, read_metrics
 from coop_jax.models import lora
-from coop_jax.monitor import MonitorSettings, RunTraits
+from coop_jax.monitor import RunTraits
 from coop_jax.monitor.live import QUIET, RunMonitor, Verdict
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.rm.load import RMSource, load_reward_model
@@ -135,7 +135,8 @@ class Trainer:
     config), and the loop `run()` over the step's stages. Only its own methods change its
     state."""
 
-    def __init__(self, config, workdir: str):
+    def __init__(self, config: config_lib.Config, workdir: str):
+        config = config_lib.typed(config)  # a Config as it is; a ConfigDict (tests) converted
         self.config, self.workdir = config, workdir
         os.makedirs(workdir, exist_ok=True)
         parallel.maybe_initialize_distributed(config.mesh)
@@ -170,12 +171,14 @@ class Trainer:
             answer_marker=answer_marker(self.records.train))
         self.eval_settings = evaluators.EvalSettings.from_config(config)
         self.probe_settings = probes.ProbeSettings.from_config(config)
-        self.monitor_settings = MonitorSettings.from_dict(config.monitor)
+        self.monitor_settings = config.monitor
         for line in rule_header(config, source.trains_rm, source.needs_rm):
             log.info(line)
-        if self.monitor_settings.enabled:
+        if self.monitor_settings.enabled:  # the probe signal needs probes scored every N steps
+            probes_every = (config.evals.probes.every if "probes" in config.evals.names()
+                            else -1)
             traits = RunTraits.from_reward_type(
-                config.reward.type, probes=bool(config.probes.triples and config.probes.every),
+                config.reward.type, probes=bool(config.probes.triples) and probes_every > 0,
                 marker=self.setup.answer_marker is not None)
             for line in RunMonitor(self.monitor_settings).header(traits):
                 log.info(line)
@@ -215,14 +218,14 @@ class Trainer:
     def lora_bases(self) -> dict[str, str]:
         """Where each LoRA base comes from ({"policy": "checkpoint" or its hf_path, "rm": ...}):
         a checkpoint holds the bases the run cannot load again from an hf_path (an SFT warm
-        start's result, a random architecture, a `cooper.rm_checkpoint`)."""
+        start's result, a random architecture, a `rm.checkpoint`)."""
         c, out = self.config, {}
         if self.policy_cfg.lora is not None:
             out["policy"] = (c.model.hf_path if c.model.hf_path and not c.sft.steps
                              else "checkpoint")
         if self.rm is not None and self.rm.config.lora is not None:
             out["rm"] = (c.reward_model.hf_path if c.reward_model.hf_path
-                         and not c.cooper.rm_checkpoint else "checkpoint")
+                         and not c.rm.checkpoint else "checkpoint")
         return out
 
     def _checkpointed_bases(self) -> tuple[str, ...]:
@@ -528,4 +531,5 @@ class Trainer:
 
 
 def train(config, workdir: str) -> dict:
-    return Trainer(config, workdir).run()
+    """Run `config` (a ConfigDict, as the projects build it, or the typed config) in `workdir`."""
+    return Trainer(config_lib.typed(config), workdir).run()

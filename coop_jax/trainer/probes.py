@@ -1,5 +1,5 @@
 """Hack probes: a fixed set of rule-wrong completions, each tagged with its `pattern`, scored
-every `probes.every` steps of a run (`probes.triples`, JSONL triples with a "pattern" field;
+every `evals.probes.every` steps of a run (`probes.triples`, JSONL triples with a "pattern" field;
 `coop_jax.projects.reward_hacking.hack_probes` builds them for the synthetic task).
 
 Per pattern it logs

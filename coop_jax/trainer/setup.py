@@ -44,15 +44,18 @@ def check_multi_process(config, num_processes: int) -> None:
                          f"number of processes ({num_processes})")
 
 
-def validate_config(config, device_count: int | None = None, num_processes: int = 1) -> None:
-    """Raise ValueError naming the first field a run cannot work with: the schema's checks, the
-    reward type's, the negative strategy's, the evaluators' and the multi-process ones."""
-    config_lib.validate(config, device_count)
-    rewards.validate_config(config)
-    cooper.validate_config(config, rewards.reward_source(config.reward.type).trains_rm)
-    evaluators.validate(config.evals)
-    check_lora(config)
-    check_multi_process(config, num_processes)
+def validate_config(config, device_count: int | None = None,
+                    num_processes: int = 1) -> config_lib.Config:
+    """The typed config (`config_lib.typed`); ValueError naming the first field a run cannot
+    work with: the schema's checks, the reward type's, the negative strategy's, the evaluators'
+    and the multi-process ones."""
+    c = config_lib.validate(config, device_count)
+    rewards.validate_config(c)
+    cooper.validate_config(c, rewards.reward_source(c.reward.type).trains_rm)
+    evaluators.validate(c.evals)
+    check_lora(c)
+    check_multi_process(c, num_processes)
+    return c
 
 
 def check_lora(config) -> None:

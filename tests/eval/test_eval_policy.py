@@ -157,12 +157,13 @@ def test_the_continuous_engine_evaluates_like_the_static_sampler(tiny, verifier,
 
 def test_the_trainers_evaluation_follows_rollout_engine():
     from conftest import repo_config
+    from coop_jax.config import typed
     from coop_jax.trainer.evaluators import EvalSettings
     c = repo_config("tiny_test")
     engine_of = lambda s: (s.engine, s.slots)
-    assert engine_of(EvalSettings.from_config(c)) == ("static", 0)
+    assert engine_of(EvalSettings.from_config(typed(c))) == ("static", 0)
     c.rollout.update(engine="continuous", slots=3)
-    assert engine_of(EvalSettings.from_config(c)) == ("continuous", 3)
+    assert engine_of(EvalSettings.from_config(typed(c))) == ("continuous", 3)
 
 
 def test_evaluate_policy_rejects_bad_arguments(tiny, synthetic_records):

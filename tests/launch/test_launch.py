@@ -155,7 +155,7 @@ def test_colab_notebook_schema():
 # The notebook's tiny run, cut to seconds: 2 SFT steps, 2 RL steps of 2 prompts x 2 rollouts.
 TINY_TRAIN_FLAGS = " ".join([
     "--config.sft.steps=2", "--config.sft.batch_size=8", "--config.train.steps=2",
-    "--config.train.eval_every=0", "--config.train.checkpoint_every=0",
+    "--config.evals.policy.every=0", "--config.train.checkpoint_every=0",
     "--config.data.num_eval=4", "--config.data.synthetic_train_size=64",
     "--config.rollout.prompts_per_step=2", "--config.rollout.group_size=2",
     "--config.rollout.max_new_tokens=8", "--config.eval.batch_size=4",

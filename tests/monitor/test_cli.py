@@ -59,7 +59,7 @@ def test_overrides_and_a_run_with_nothing_to_see(tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["replay"], "replay needs at least one PATH"),
     (["replay", "/no/such/run"], "PATH '/no/such/run': no such file or folder"),
-    (["replay", "RUN", "--config.monitor.slack=-1"], "config.monitor.slack must be a number >= 0"),
+    (["replay", "RUN", "--config.monitor.slack=-1"], "config.monitor.slack must be >= 0"),
     (["replay", "RUN", "--config.monitor.treshold=1"], "config.monitor.treshold: no such field"),
     (["replay", "RUN", "--config.monitor.action=halt"], "config.monitor.action must be one of"),
     (["replay", "EMPTY"], "the folder has no metrics.jsonl"),

@@ -15,14 +15,14 @@ def gap_rows(gaps, rule=0.5):
             for i, g in enumerate(gaps)]
 
 
-GAP_ONLY = MonitorSettings(signals=("gap",))
+GAP_ONLY = MonitorSettings(signals="gap")
 
 
 def test_a_flat_series_never_alarms():
     flat = [0.01 * ((-1) ** i) for i in range(300)]  # +-0.01 around 0: inside the slack
     assert replay(gap_rows(flat), GAP_ONLY) == []
     assert replay(rows_of("rm_rule_agreement", [1.0] * 300),
-                  MonitorSettings(signals=("agreement",))) == []
+                  MonitorSettings(signals="agreement")) == []
 
 
 def test_a_sudden_break_alarms_on_its_second_step():
@@ -46,10 +46,10 @@ def test_agreement_and_balanced_accuracy_alarm_when_they_fall():
     values = [1.0] * 10 + [0.7] * 10
     for key, name in (("rm_rule_agreement", "agreement"),
                       ("rm_balanced_accuracy", "balanced_accuracy")):
-        alarms = replay(rows_of(key, values), MonitorSettings(signals=(name,)))
+        alarms = replay(rows_of(key, values), MonitorSettings(signals=name))
         assert [(a.signal, a.step) for a in alarms] == [(name, 12)]  # 0.27, then 0.54
         assert replay(rows_of(key, [1.0] * 10 + [1.0, 0.99] * 20),
-                      MonitorSettings(signals=(name,))) == []
+                      MonitorSettings(signals=name)) == []
 
 
 def test_a_noisy_warmup_needs_more_evidence():
@@ -57,20 +57,20 @@ def test_a_noisy_warmup_needs_more_evidence():
     # mean) alarms at its third step (0.247, 0.495, 0.742) instead of its second
     gaps = [0.0, 0.2] * 5 + [0.4] * 5
     assert replay(gap_rows(gaps), GAP_ONLY)[0].step == 13
-    assert replay(gap_rows(gaps), MonitorSettings(signals=("gap",), noise_scaled=False)
+    assert replay(gap_rows(gaps), MonitorSettings(signals="gap", noise_scaled=False)
                   )[0].step == 12
 
 
 def test_probe_false_accepts_alarm_on_their_rise():
     rows = [{"step": s, "probe/rm_false_accept": v}
             for s, v in ((0, 0.1), (10, 0.1), (20, 0.18), (30, 0.21), (40, 0.5))]
-    alarms = replay(rows, MonitorSettings(signals=("probe_false_accept",)))
+    alarms = replay(rows, MonitorSettings(signals="probe_false_accept"))
     assert [(a.step, a.baseline) for a in alarms] == [(30, pytest.approx(0.1))]
     assert alarms[0].statistic == pytest.approx(0.11)
 
 
 def test_response_length_drifts_either_way_relative_to_its_baseline():
-    settings = MonitorSettings(signals=("response_length",))
+    settings = MonitorSettings(signals="response_length")
     # halved: d = -0.5, beyond the slack 0.15 by 0.35 a step -> 0.35, 0.70 >= 0.5
     assert replay(rows_of("response_length", [100.0] * 10 + [50.0] * 5), settings)[0].step == 12
     assert replay(rows_of("response_length", [100.0] * 10 + [200.0] * 5), settings)[0].step == 11
@@ -97,7 +97,7 @@ def test_monitor_steps_return_only_new_alarms_and_track_statistics():
 
 
 def test_a_break_inside_the_warmup_becomes_part_of_the_baseline():
-    plain = MonitorSettings(signals=("gap",), noise_scaled=False)
+    plain = MonitorSettings(signals="gap", noise_scaled=False)
     # steps 1..10 hold 0, 0, 0, 0.9, ...: baseline 0.63; 0.9 afterwards is 0.24 over k
     alarms = replay(gap_rows([0.0] * 3 + [0.9] * 30), plain)
     assert [(a.step, a.baseline) for a in alarms] == [(13, pytest.approx(0.63))]
@@ -113,8 +113,7 @@ def test_the_gap_uses_gold_accuracy_where_the_run_logs_it():
 
 
 def test_label_free_runs_are_told_which_signals_remain():
-    settings = MonitorSettings(signals=("gap", "agreement", "probe_false_accept",
-                                        "response_length"))
+    settings = MonitorSettings(signals="gap,agreement,probe_false_accept,response_length")
     traits = RunTraits.from_reward_type("majority_vote", references=False, marker=False)
     table = {a.signal: a for a in signal_availability(settings, traits)}
     assert {s for s, a in table.items() if a.available} == {"response_length", "truncation"}

@@ -5,7 +5,7 @@ import pytest
 from coop_jax.monitor import MonitorSettings, RunTraits
 from coop_jax.monitor.live import QUIET, RunMonitor
 
-SETTINGS = dict(enabled=True, signals=("gap",), warmup_steps=3)
+SETTINGS = dict(enabled=True, signals="gap", warmup_steps=3)
 
 
 def rows(break_at: int, steps: int = 12) -> list[dict]:
@@ -70,4 +70,4 @@ def test_the_header_says_which_signals_the_run_cannot_compute():
     static = monitor.header(RunTraits.from_reward_type("static_rm"))
     assert static[0] == "monitor: on (action warn); watching gap, agreement, balanced_accuracy"
     assert static[1:] == ["monitor: cannot compute probe_false_accept: no hack probes are scored "
-                          "(set probes.triples and probes.every)"]
+                          "(set probes.triples and evals.probes.every)"]

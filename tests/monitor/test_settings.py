@@ -16,19 +16,21 @@ def test_the_section_and_the_settings_agree():
 
 def test_signals_are_parsed_from_the_comma_separated_field():
     settings = MonitorSettings.from_dict(dict(monitor_section(), signals="gap, response_length"))
-    assert settings.signals == ("gap", "response_length")
-    assert MonitorSettings.from_dict(dict(monitor_section(), signals="")).signals == ()
+    assert settings.watched == ("gap", "response_length")
+    assert MonitorSettings.from_dict(dict(monitor_section(), signals="")).watched == ()
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("action", "halt", "config.monitor.action must be one of warn, stop"),
-    ("signals", "gap,gapp", "config.monitor.signals has unknown 'gapp'"),
-    ("signals", "gap,gap", "config.monitor.signals names a signal twice"),
-    ("warmup_steps", 0, "config.monitor.warmup_steps must be an integer >= 1"),
-    ("warmup_steps", 2.5, "config.monitor.warmup_steps must be an integer >= 1"),
-    ("slack", -0.1, "config.monitor.slack must be a number >= 0"),
+    ("action", "halt", "config.monitor.action must be one of ['warn', 'stop']"),
+    ("signals", "gap,gapp", "config.monitor.signals must be comma-separated names of gap, "
+                            "agreement, balanced_accuracy, probe_false_accept, response_length, "
+                            "marker_rate, truncation, each once (unknown signal 'gapp')"),
+    ("signals", "gap,gap", "config.monitor.signals must be comma-separated names of"),
+    ("warmup_steps", 0, "config.monitor.warmup_steps must be >= 1"),
+    ("warmup_steps", 2.5, "config.monitor.warmup_steps must be an integer"),
+    ("slack", -0.1, "config.monitor.slack must be >= 0"),
     ("threshold", 0.0, "config.monitor.threshold must be > 0"),
-    ("probe_rise", "x", "config.monitor.probe_rise must be a number >= 0"),
+    ("probe_rise", "x", "config.monitor.probe_rise must be a number"),
     ("enabled", "yes", "config.monitor.enabled must be True or False"),
     ("noise_scaled", 1, "config.monitor.noise_scaled must be True or False"),
 ])

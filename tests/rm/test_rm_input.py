@@ -23,7 +23,7 @@ def test_the_rm_question_is_the_full_user_prompt_by_default():
     assert prompt != QUESTION and prompt.startswith(QUESTION)
     assert text == format_rm_input(prompt, "7", "3+4=7. #### 7")
     assert 'output the final answer after "####".</question>' in text
-    c.reward_model.question_format = "question"
+    c.rm.question_format = "question"
     assert RMInputFormat.from_config(c).text(QUESTION, "7", "c") == format_rm_input(QUESTION, "7", "c")
 
 
@@ -49,7 +49,7 @@ def test_coop_train_rm_template_and_the_toy_experiment_pin():
     c.rm_train.update(template="boxed", max_len=77)
     assert (input_format(c).template, input_format(c).max_len) == ("boxed", 77)
     # the reward-hacking runs were made with raw questions and must stay reproducible
-    assert repo_config("toy_hacking").reward_model.question_format == "question"
+    assert repo_config("toy_hacking").rm.question_format == "question"
 
 
 @pytest.mark.parametrize("side,kept", [("left", "tail"), ("right", "head")])
@@ -69,8 +69,8 @@ def test_truncation_side(side, kept):
 
 def test_bad_settings_name_the_field():
     c = base_config()
-    c.reward_model.truncation_side = "middle"
-    with pytest.raises(ValueError, match=r"config.reward_model.truncation_side must be one of "
+    c.rm.truncation_side = "middle"
+    with pytest.raises(ValueError, match=r"config.rm.truncation_side must be one of "
                                          r"\['left', 'right'\]"):
         validate(c)
     with pytest.raises(ValueError, match="config.reward_model.question_format"):

@@ -195,9 +195,9 @@ def test_rm_checkpoint_and_hf_export_give_the_same_scores(trained, tmp_path):
     tmp, summary, held = trained
     cfg, params, meta = load_model(str(tmp / "work"), "rm")
     assert cfg.num_labels == 1 and cfg.hidden_size == 32 and cfg.num_layers == 1
-    assert meta["tokenizer"] == "" and meta["config"]["cooper"]["max_len"] == MAX_LEN
+    assert meta["tokenizer"] == "" and meta["config"]["rm"]["max_len"] == MAX_LEN
     # trained on the full prompt of the config's template (the default question_format)
-    assert meta["config"]["reward_model"]["question_format"] == "prompt"
+    assert meta["config"]["rm"]["question_format"] == "prompt"
     assert meta["config"]["data"]["prompt_template"] == "synthetic"
     fmt = RMInputFormat(max_len=MAX_LEN, template="synthetic")
     tok = load_tokenizer()

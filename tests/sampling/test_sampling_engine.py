@@ -233,7 +233,8 @@ def test_the_trainer_samples_with_the_continuous_engine(tmp_path, monkeypatch):
     from coop_jax.trainer import loop
     c = repo_config("tiny_test")
     c.rollout.update(engine="continuous", slots=3)
-    c.train.steps, c.evals = 2, ""
+    c.train.steps = 2
+    c.evals = type(c.evals)()  # no evaluators
     made = []
     real = engine.make_continuous
     monkeypatch.setattr(engine, "make_continuous", lambda cfg, scfg, slots, halvings:

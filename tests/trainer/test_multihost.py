@@ -129,7 +129,7 @@ def test_cooper_on_two_processes_logs_the_metrics_of_one_and_resumes_after_kill9
                  "--config.model.lora.rank=4", "--config.rollout.engine=continuous",
                  "--config.rollout.slots=3", "--config.cooper.pair_labels=strict_numeric",
                  "--config.verifier.gold=strict_numeric", "--config.probes.format_questions=2",
-                 "--config.probes.every=2")
+                 "--config.evals.probes.every=2")
     one, killed = tmp_path / "one", tmp_path / "killed"
     _one_process(_train_command(one, 4, *overrides), env)
     launcher = subprocess.Popen(

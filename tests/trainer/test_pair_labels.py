@@ -130,7 +130,7 @@ def test_a_tiny_cooper_run_with_strict_pairs_logs_gold_marker_and_format_probes(
     c.cooper.update(pair_labels="strict_numeric", reference_positive=True)
     c.verifier.gold = "strict_numeric"
     c.probes.update(format_questions=2, every=1)
-    c.train.eval_every = 2
+    c.evals.policy.every = 2
     loop.train(c, str(tmp_path))
     with open(os.path.join(tmp_path, "metrics.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]

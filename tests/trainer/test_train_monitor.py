@@ -12,7 +12,7 @@ import pytest
 from conftest import repo_config
 from test_metrics_writer import wandb_history
 
-from coop_jax import checkpoint
+from coop_jax import checkpoint, config as config_lib
 from coop_jax.monitor.live import RunMonitor
 from coop_jax.trainer import loop
 
@@ -20,7 +20,7 @@ from coop_jax.trainer import loop
 def hacked_trainer(c, workdir: str, hack_from: int) -> loop.Trainer:
     """A Trainer whose step rows report a gap (proxy reward - rule accuracy) of about 0 (noise
     0.01), and of 0.6 from step `hack_from` on."""
-    trainer = loop.Trainer(c, workdir)
+    trainer = loop.Trainer(config_lib.typed(c), workdir)
     update = trainer.update
 
     def update_and_hack(step, prepared, nan_skips):

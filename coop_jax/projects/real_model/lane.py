@@ -43,13 +43,13 @@ from coop_jax.jsonl import keep_file, read_jsonl
 CONFIG = "configs/smollm2_arithmetic.py"
 # The lane's cooper_s0 (an untrained RM start, kept as what that does): SmolLM2's first 4 layers
 # and a new scalar head (reward_model.hf_path, set in `arm_overrides`), LoRA like the policy,
-# lr 1e-4, not the config's trained VerifyRM (cooper.rm_checkpoint emptied).
+# lr 1e-4, not the config's trained VerifyRM (rm.checkpoint emptied).
 UNTRAINED_RM_COOPER = ["--config.reward.type=cooper", "--config.reward_model.keep_layers=4",
                        "--config.reward_model.lora.rank=16", "--config.cooper.negative=rollout",
-                       "--config.cooper.rm_checkpoint=", "--config.cooper.learning_rate=1e-4",
+                       "--config.rm.checkpoint=", "--config.cooper.learning_rate=1e-4",
                        "--config.cooper.warmup_ratio=0.0"]
 # The pre-registered comparison (docs/results/real_model/comparison_plan.md): 60 steps; the RM
-# arms start from the config's gated VerifyRM (cooper.rm_checkpoint), frozen or co-trained at
+# arms start from the config's gated VerifyRM (rm.checkpoint), frozen or co-trained at
 # the config's Cooper recipe.
 COMPARISON_STEPS = ["--config.train.steps=60"]
 # The blind-spot comparison (docs/results/real_model/blind_spot_plan.md): 100 steps, strict gold
@@ -57,7 +57,7 @@ COMPARISON_STEPS = ["--config.train.steps=60"]
 # rule, hardest negatives (3 per group), the reference positive, the RM at half the rate it was
 # trained at (1e-4 -> 5e-5, the recipe's ratio); the sham swaps half its pairs' labels.
 BLIND_SPOT = ["--config.train.steps=100", "--config.verifier.gold=strict_numeric",
-              "--config.probes.format_questions=16", "--config.probes.every=10"]
+              "--config.probes.format_questions=16", "--config.evals.probes.every=10"]
 COOPER_STRICT = ["--config.reward.type=cooper", "--config.cooper.negative=rollout_hardest",
                  "--config.cooper.pairs_per_group=3", "--config.cooper.reference_positive=True",
                  "--config.cooper.pair_labels=strict_numeric",
@@ -191,7 +191,7 @@ def train_run(f: flags.FlagValues, name: str, triples: str) -> dict:
     os.makedirs(out, exist_ok=True)
     train_cmd = [sys.executable, "-m", "coop_jax.trainer.cli", f"--config={f.config}",
                  f"--workdir={work}", f"--config.seed={seed}",
-                 f"--config.cooper.heldout_triples={triples}",
+                 f"--config.rm.heldout_triples={triples}",
                  *arm_overrides(f.study, arm), *f.override]
     train_s = _sh(_timed(train_cmd), work + ".train.log")
     eval_s = _sh(_eval_cmd([f"--checkpoint={work}"], f, work + "_eval"), work + ".eval.log")

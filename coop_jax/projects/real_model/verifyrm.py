@@ -307,7 +307,7 @@ def main(fv: flags.FlagValues, command: str) -> dict:
 
 def _keep(fv, portable: str, facts: dict, report: dict) -> None:
     """The manifest, the gate report and the RM's summary and curve into RESULTS; the portable RM
-    itself (RESULTS/inputs, what `cooper.rm_checkpoint` names) only when it passed the gate."""
+    itself (RESULTS/inputs, what `rm.checkpoint` names) only when it passed the gate."""
     dest = fv.results
     with open(os.path.join(dest, "corpus_manifest.json"), "w") as fh:
         json.dump(facts, fh, indent=2)

@@ -95,6 +95,6 @@ def run_config(config, arm: str, seed: int, policy_dir: str, rm_dir: str, heldou
     if probes:
         c.probes.triples = probes
     if reward_type in rewards.rm_reward_types():
-        c.cooper.rm_checkpoint = rm_dir
-        c.cooper.heldout_triples = heldout
+        c.rm.checkpoint = rm_dir
+        c.rm.heldout_triples = heldout
     return c

@@ -29,7 +29,7 @@ seeds.
    `experiment.results_dir`/runs/<arm>_s<seed> (committed as the run ends with --commit); a
    rerun skips the runs kept there (`run_store`), so the experiment can span sessions.
    With `experiment.probe_questions`, every run also scores the hack probes of that many
-   held-out questions (DIR/probes.jsonl, `hack_probes`) every `probes.every` steps.
+   held-out questions (DIR/probes.jsonl, `hack_probes`) every `evals.probes.every` steps.
 5. DIR/report.md, report.json and the figures (hacking_report.py, with the pre-registered
    analysis of hacking_analysis.py), merged into `experiment.results_dir`/report.md below the
    plan, the figures in its plan/ folder (results_page.py).

