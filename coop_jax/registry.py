@@ -42,11 +42,24 @@ class Param:
     field: str
     convert: Callable[[Any], Any] | None = None
 
+    def __post_init__(self):
+        _DECLARED_FIELDS.add(self.field)
+
     def read(self, config) -> Any:
         value = config
         for part in self.field.split("."):
-            value = getattr(value, part)
+            value = value[part] if isinstance(value, Mapping) else getattr(value, part)
         return self.convert(value) if self.convert is not None else value
+
+
+# the config fields that parameters declare (`Param.field`): a plugin's own fields, which the
+# typed config keeps beside the schema's (`config.typed`)
+_DECLARED_FIELDS: set[str] = set()
+
+
+def declared_fields() -> frozenset[str]:
+    """Every config field a `Param` names (dotted), the schema's and plugins' own."""
+    return frozenset(_DECLARED_FIELDS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ from coop_jax.config.schedule import (DEFAULT_EVALS, Eval, Evals, Every, Kernels
 from coop_jax.config.sections import (AUTO_EXTRACTION, EVAL_HEADLINES, EXTRACTION_CHOICES,
                                       NAN_POLICIES, RL, RM, SFT, Cooper, Corewarding, Data,
                                       Model, Optim, Probes, Reward, Rollout, Verifier)
-from coop_jax.registry import chosen_by
+from coop_jax.registry import chosen_by, declared_fields
 
 __all__ = ["AUTO_EXTRACTION", "Config", "EVAL_HEADLINES", "EXTRACTION_CHOICES", "FIELD_DOCS",
            "Model", "NAN_POLICIES", "RM", "RMTrain", "RM_OVERLONG", "RM_TRAIN_MODES",
@@ -142,12 +142,14 @@ def _tree(config) -> dict:
 def typed(config, announce: bool = True) -> Config:
     """The typed, checked `Config` of a ConfigDict (or a saved config's dict); a `Config` is
     returned as it is. Top-level sections the schema does not know (a project's `experiment`)
-    stay with the ConfigDict. ValueError: one line naming the field."""
+    stay with the ConfigDict; a field the schema does not declare is kept where a registered
+    entry reads it (`registry.Param`: a plugin's own parameter). ValueError: one line naming the
+    field."""
     if isinstance(config, Config):
         return config
     tree = renames.upgrade(_tree(config), _DEFAULTS, announce=announce)
     known = {f.name for f in dataclasses.fields(Config)}
-    return Config.build({k: v for k, v in tree.items() if k in known}, "")
+    return Config.build({k: v for k, v in tree.items() if k in known}, "", declared_fields())
 
 
 def validate(config, device_count: int | None = None) -> Config:

@@ -78,40 +78,51 @@ class Section:
         """Raise ValueError naming the first field whose value the others rule out."""
 
     @classmethod
-    def build(cls, values: Mapping[str, Any], path: str) -> "Section":
+    def build(cls, values: Mapping[str, Any], path: str,
+              plugin_fields: typing.AbstractSet[str] = frozenset()) -> "Section":
         """The section of `values` (a ConfigDict section or a dict), every field checked;
-        `path` is its dotted place in the config ("rollout", "model.lora")."""
+        `path` is its dotted place in the config ("rollout", "model.lora"). A name the schema
+        does not declare is an error unless it is among `plugin_fields` (dotted paths that a
+        registered entry reads, `registry.Param`): kept as it is, an attribute like the others."""
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise ValueError(f"config.{_join(path, unknown[0])}: no such field (config.{path} "
+        extras = {name: values[name] for name in unknown if _join(path, name) in plugin_fields}
+        if len(extras) < len(unknown):
+            name = next(n for n in unknown if n not in extras)
+            raise ValueError(f"config.{_join(path, name)}: no such field (config.{path} "
                              f"has: {', '.join(names)})")
         kwargs = {}
         for f in dataclasses.fields(cls):
             if f.name not in values:
                 raise ValueError(f"config.{_join(path, f.name)} is missing (a config must start "
                                  "from coop_jax.config.base_config() and override fields)")
-            kwargs[f.name] = _checked(cls, f, values[f.name], _join(path, f.name))
+            kwargs[f.name] = _checked(cls, f, values[f.name], _join(path, f.name),
+                                      plugin_fields)
         built = cls(**kwargs)
+        for name, value in extras.items():  # frozen: set once, here
+            object.__setattr__(built, name, value)
+        object.__setattr__(built, "_plugin_fields", tuple(extras))
         built.check(path)
         return built
 
     def to_dict(self) -> dict:
-        """The section as plain dicts (what a checkpoint's meta.json keeps)."""
+        """The section as plain dicts (what a checkpoint's meta.json keeps), plugin fields too."""
         return {f.name: (v.to_dict() if isinstance(v, Section) else v)
-                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+                for f in dataclasses.fields(self) for v in [getattr(self, f.name)]} | {
+            name: getattr(self, name) for name in getattr(self, "_plugin_fields", ())}
 
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _checked(cls: type, f: dataclasses.Field, value: Any, path: str) -> Any:
+def _checked(cls: type, f: dataclasses.Field, value: Any, path: str,
+             plugin_fields: typing.AbstractSet[str] = frozenset()) -> Any:
     annotation = _annotations(cls)[f.name]
     if isinstance(annotation, type) and issubclass(annotation, Section):
         if not isinstance(value, Mapping) and not hasattr(value, "items"):
             raise ValueError(f"config.{path} must be a section, got {value!r}")
-        return annotation.build(value, path)
+        return annotation.build(value, path, plugin_fields)
     wrong = _wrong_type(annotation, value)
     if wrong:
         raise ValueError(f"config.{path} must be {wrong}, got {value!r}")

@@ -72,8 +72,8 @@ class Evals(Section):
         return iter(self._entries)
 
     @classmethod
-    def build(cls, values: Mapping[str, Any], path: str) -> "Evals":
-        return cls({name: Every.build(entry, f"{path}.{name}")
+    def build(cls, values: Mapping[str, Any], path: str, plugin_fields=frozenset()) -> "Evals":
+        return cls({name: Every.build(entry, f"{path}.{name}", plugin_fields)
                     for name, entry in values.items()})
 
     def to_dict(self) -> dict:

@@ -132,3 +132,21 @@ def test_sections_declare_their_fields_with_the_schema_helpers():
             continue
         assert set(f.metadata) == {"doc", "check", "choices"}, path
     assert isinstance(config_lib.base_config().evals, ml_collections.ConfigDict)
+
+
+def test_a_plugins_own_field_is_kept_where_a_registered_parameter_reads_it():
+    """A field no section declares is one line naming it, unless a registered entry's `Param`
+    reads it (a plugin's parameter): then the typed config keeps it, and saves it."""
+    from coop_jax.registry import Param
+
+    c = config_lib.base_config()
+    c.rl.plugin_weight_for_this_test = 0.25
+    with pytest.raises(ValueError, match=r"^config.rl.plugin_weight_for_this_test: no such "
+                                         r"field \(config.rl has: "):
+        config_lib.typed(c)
+    param = Param("rl.plugin_weight_for_this_test")
+    typed = config_lib.typed(c)
+    assert param.read(typed) == 0.25 and typed.rl.plugin_weight_for_this_test == 0.25
+    assert typed.to_dict()["rl"]["plugin_weight_for_this_test"] == 0.25
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        typed.rl.plugin_weight_for_this_test = 1.0
