@@ -136,7 +136,7 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
     cfg = setup.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
                             valid_vocab)
     cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl, micro_batches=micro_batches)
-    return cfg, setup.policy_optimizer(config), setup.rm_optimizer(config)
+    return cfg, setup.policy_optimizer(config.optim, config.train.steps), setup.rm_optimizer(config)
 
 
 def _sds(x, sharding):

@@ -159,3 +159,16 @@ def test_the_config_is_typed_once_at_the_entry_points():
     init = next(f for f in trainer.body if isinstance(f, ast.FunctionDef)
                 and f.name == "__init__")
     assert ast.unparse(init.args.args[1].annotation) == "config_lib.Config"
+
+
+def test_the_config_passes_through_few_calls_from_the_trainer():
+    """From `Trainer.__init__`, the whole config is passed on by at most 25 calls in at most 10
+    files (tests/config_flow.py follows it; `python tests/config_flow.py` lists them): the
+    trainer's setup builds each stage's typed settings and hands those down."""
+    from config_flow import from_trainer_init
+
+    calls, files = from_trainer_init(PACKAGE)
+    listing = [f"{c.file}:{c.line} {c.callee} -> {c.target}" for c in calls]
+    assert len(calls) <= 25 and len(files) <= 10, (len(calls), files, listing)
+    assert {"trainer/loop.py", "trainer/setup.py"} <= set(files)  # the flow is followed at all
+    assert any(c.callee.endswith("validate_config") for c in calls)

@@ -50,6 +50,11 @@ class RunMonitor:
                   for a in availability if not a.available]
         return lines
 
+    @property
+    def first_alarm(self) -> Alarm | None:
+        """The run's first alarm (what the progress bar shows), None before any."""
+        return self.monitor.alarms[0] if self.monitor.alarms else None
+
     def replay(self, rows: Iterable[Mapping], up_to: int) -> list[Alarm]:
         """Feed the kept rows of the steps up to `up_to` (a resume's step), in step order, as
         the run logged them; their alarms (already logged then: not logged again)."""

@@ -200,7 +200,7 @@ class Trainer:
     def _initial_state(self, policy_params, source) -> TrainState:
         """The train state; under LoRA only the trainable parts (`models.lora.split`) get AdamW
         state, the frozen bases ride beside them and the policy's base is the KL reference."""
-        self.tx = policy_optimizer(self.config)
+        self.tx = policy_optimizer(self.config.optim, self.config.train.steps)
         self.rm_tx = rm_optimizer(self.config) if self.rm else None
         # Co-rewarding-II: the EMA teacher is also the KL reference.
         needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher
@@ -456,8 +456,8 @@ class Trainer:
                 row, verdict = self.log_row(writer, monitor, done, metrics)
                 bar.set_postfix(reward=f"{row.get('reward_mean', 0):.3f}",
                                 acc=f"{row.get('rule_accuracy', 0):.3f}",
-                                **({"alarm": monitor.monitor.alarms[0].signal}
-                                   if monitor and monitor.monitor.alarms else {}))
+                                **({"alarm": monitor.first_alarm.signal}
+                                   if monitor and monitor.first_alarm else {}))
                 # every host saves, or none (the monitor sees the same rows on every host, reduced
                 # over all of them, but a resumed host without the kept metrics has no history)
                 stopping = parallel.host.any_process(stop.requested or verdict.stop)

@@ -46,10 +46,12 @@ def check_multi_process(config, num_processes: int) -> None:
 
 def validate_config(config, device_count: int | None = None,
                     num_processes: int = 1) -> config_lib.Config:
-    """The typed config (`config_lib.typed`); ValueError naming the first field a run cannot
-    work with: the schema's checks, the reward type's, the negative strategy's, the evaluators'
-    and the multi-process ones."""
-    c = config_lib.validate(config, device_count)
+    """The typed config (`config_lib.typed`: the schema checks each section as it builds it), or
+    ValueError naming the first field a run cannot work with: the mesh against the devices, the
+    reward type's rules, the negative strategy's, the evaluators' and the multi-process ones."""
+    c = config_lib.typed(config, announce=False)
+    if device_count is not None:
+        c.check_devices(device_count)
     rewards.validate_config(c)
     cooper.validate_config(c, rewards.reward_source(c.reward.type).trains_rm)
     evaluators.validate(c.evals)
@@ -135,10 +137,10 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
 
 
-def policy_optimizer(config):
-    o = config.optim
+def policy_optimizer(o: config_lib.Optim, total_steps: int):
+    """The policy's AdamW: the `optim` section's schedule over the run's steps."""
     return make_optimizer(o.learning_rate, warmup_steps=o.warmup_steps,
-                          total_steps=config.train.steps, schedule=o.schedule,
+                          total_steps=total_steps, schedule=o.schedule,
                           weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
                           grad_clip=o.grad_clip)
 

@@ -34,6 +34,7 @@ def test_warn_logs_the_line_and_the_event_and_checkpoints_the_first_alarm_only()
     assert v.lines[0].endswith("action: warn") and "\n" not in v.lines[0]
     assert v.checkpoint and not v.stop
     assert not any(verdicts[s].alarms or verdicts[s].checkpoint for s in range(8, 13))
+    assert monitor.first_alarm is v.alarms[0] and monitor.first_alarm.signal == "gap"
 
 
 def test_stop_checkpoints_and_stops_and_without_checkpoint_on_alarm_warn_does_neither():
