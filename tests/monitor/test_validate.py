@@ -36,6 +36,13 @@ def test_half_drop_of_a_gold_curve():
         "gold_start": 0.2, "gold_peak": 0.6, "peak_step": 20, "half_drop_step": 60}
     assert v.half_drop([(0, 0.5), (20, 0.4)])["half_drop_step"] is None  # never rose
     assert v.half_drop([(0, 0.2), (20, 0.6), (40, 0.41)])["half_drop_step"] is None
+    # the blind-spot split's added rule: a gold that never rose falls by half of its start
+    falls = [(0, 0.066), (20, 0.05), (40, 0.03), (60, 0.0)]
+    assert v.half_drop(falls)["half_drop_step"] is None
+    assert v.half_drop(falls, fall_from_start=True)["half_drop_step"] == 40
+    rising = sorted(GOLD.items())  # a gold that rose keeps the half of its rise
+    assert v.half_drop(rising, fall_from_start=True) == v.half_drop(rising)
+    assert v.FALL_FROM_START_SPLITS == (v.SECOND_HELD_APART,)
 
 
 def test_the_table_of_a_split(tmp_path):
