@@ -1,6 +1,7 @@
 """The run setup of coop-train, public for the projects and benchmarks: the checks of a run's
 config (`validate_config`), its records (`load_records`), models (`build_model`), the compiled
-step's configuration (`step_config`), the optimisers, and the rule verifiers of each role
+step's configuration (`step_config`), the policy's optimiser (the RM's is
+`rm.optim.rm_optimizer`), and the rule verifiers of each role
 (`extraction_roles`, `make_verifiers`, `rule_header`). `trainer.loop.Trainer` builds a run from
 these; `trainer.cli` is the command line."""
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 from typing import NamedTuple
 
 from coop_jax import data, rl
@@ -141,13 +141,6 @@ def policy_optimizer(config):
                           total_steps=config.train.steps, schedule=o.schedule,
                           weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
                           grad_clip=o.grad_clip)
-
-
-def rm_optimizer(config):
-    """Cooper's RM AdamW: linear warm-up over `warmup_ratio` of the run, then constant."""
-    c, steps = config.cooper, config.train.steps
-    return make_optimizer(c.learning_rate, warmup_steps=math.ceil(c.warmup_ratio * steps),
-                          total_steps=steps, weight_decay=c.weight_decay, grad_clip=c.grad_clip)
 
 
 # ---------------------------------------------------------------------- evaluation

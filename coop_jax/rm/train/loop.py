@@ -30,9 +30,9 @@ from coop_jax import config as config_lib
 from coop_jax.hf.build import load_model
 from coop_jax.metrics_writer import MetricWriter
 from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
-from coop_jax.optim import (SCHEDULES, WEIGHT_DECAY_MASKS, accumulate_gradients, apply_gradients,
-                            split_micro_batches)
+from coop_jax.optim import accumulate_gradients, apply_gradients, split_micro_batches
 from coop_jax.rm.input import RMInputFormat, check_triples
+from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.rm.train.triples import drop_overlong, label_balance
 from coop_jax.sampling import fixed_batches
@@ -89,16 +89,6 @@ def load_rm(section, mesh, seed: int, init_hf: str | None = None):
         raise ValueError(f"{init_hf or section.hf_path} has no tokenizer files; set "
                          "config.reward_model.tokenizer")
     return cfg, params, prepare_tokenizer(load_tokenizer(tok_path)), tok_path, lm.hf_config
-
-
-def rm_optimizer(opts, total_steps: int) -> optax.GradientTransformation:
-    """AdamW with the `rm_train` settings (schedule, warm-up ratio, weight decay on the
-    parameters `rm_train.weight_decay_mask` selects), after global-norm clipping."""
-    lr = SCHEDULES.lookup(opts.schedule, "rm_train.schedule")(
-        opts.learning_rate, int(opts.warmup_ratio * total_steps), total_steps)
-    mask = WEIGHT_DECAY_MASKS.lookup(opts.weight_decay_mask)
-    parts = [optax.clip_by_global_norm(opts.grad_clip)] if opts.grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(lr, weight_decay=opts.weight_decay, mask=mask))
 
 
 # ----------------------------------------------------------------------------- the step
@@ -197,7 +187,7 @@ def build_state(section, mesh, opts, num_train: int) -> RMSetup:
     cfg, params, tokenizer, tok_path, base_hf = load_rm(section, mesh, opts.seed,
                                                         opts.init_hf or None)
     total = opts.epochs * math.ceil(num_train / opts.batch_size)
-    tx = rm_optimizer(opts, total)
+    tx = rm_optimizer(RMOptimizerSettings.for_rm_training(opts, total))
     state = parallel.place_on_mesh(RMState(np.asarray(0, np.int32), params, tx.init(params)), mesh)
     shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
     step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings, opts.micro_batches)
