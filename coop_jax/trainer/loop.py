@@ -156,8 +156,8 @@ class Trainer:
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = self._policy(tokenizer, key)
         rm_source = RMSource.from_config(config)  # the RM and the run's RM input format
-        self.rm = (load_reward_model(rm_source, tokenizer, self.mesh, key)
-                   if source.needs_rm else None)
+        self.rm = (load_reward_model(rm_source, tokenizer, self.mesh, jax.random.fold_in(key, 2),
+                                     jax.random.fold_in(key, 4)) if source.needs_rm else None)
         self.state = self._initial_state(policy_params, source)
         valid_vocab = min(len(tokenizer), self.policy_cfg.vocab_size)
         self.step = CompiledStep(

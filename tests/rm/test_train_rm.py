@@ -14,8 +14,8 @@ from fake_openai import FakeOpenAI
 from coop_jax import config as config_lib
 from coop_jax import data, optim
 from coop_jax.rm.train import (JUDGE_SYSTEM_PROMPT, RMState, cli, drop_overlong, http_judge,
-                               input_format, label_triples, load_rm, parse_judge_verdict,
-                               split_triples, train_reward_model)
+                               input_format, label_triples, parse_judge_verdict, split_triples,
+                               starting_rm, train_reward_model)
 from coop_jax.rm.input import TRIPLE_KEYS, write_triples
 from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer
 from coop_jax.rm.train import loop
@@ -273,8 +273,10 @@ def _tiny_rm(seed: int = 0):
     section = config_lib.model_section(vocab_size=128, hidden_size=32, intermediate_size=64,
                                        num_layers=1, num_heads=2, num_kv_heads=1)
     mesh = parallel.make_mesh((8, 1, 1))
-    cfg, params, *_ = load_rm(section, mesh, seed=seed)
-    return cfg, jax.device_get(params), mesh  # the step donates its state
+    opts = config_lib.rm_train_section()
+    opts.seed = seed
+    rm = starting_rm(section, mesh, opts)
+    return rm.config, jax.device_get(rm.params), mesh  # the step donates its state
 
 
 def test_gradient_accumulation_over_micro_batches_equals_one_batch():

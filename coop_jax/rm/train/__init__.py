@@ -11,7 +11,7 @@ builder with Cooper's), its weight-decay masks `coop_jax.optim`'s. Triples files
 written by `coop_jax.rm.input` (`read_triples`, `write_triples`).
 """
 from coop_jax.rm.train.loop import (Progress, RMSetup, RMState, TrainingData, build_state,
-                                    input_format, load_rm, prepare_data, train_epochs,
+                                    input_format, prepare_data, starting_rm, train_epochs,
                                     train_reward_model)
 from coop_jax.rm.train.triples import (JUDGE_SYSTEM_PROMPT, build_triples, drop_overlong,
                                        http_judge, judge_user_message, label_balance, label_triples,
@@ -20,5 +20,5 @@ from coop_jax.rm.train.cli import main, run
 
 __all__ = ["JUDGE_SYSTEM_PROMPT", "Progress", "RMSetup", "RMState", "TrainingData", "build_state",
            "build_triples", "drop_overlong", "http_judge", "input_format", "judge_user_message",
-           "label_balance", "label_triples", "load_rm", "main", "parse_judge_verdict",
-           "prepare_data", "run", "split_triples", "train_epochs", "train_reward_model"]
+           "label_balance", "label_triples", "main", "parse_judge_verdict", "prepare_data",
+           "run", "split_triples", "starting_rm", "train_epochs", "train_reward_model"]
