@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from coop_jax import config as config_lib, kernels, models, parallel  # noqa: E402
-from coop_jax.trainer import cooper  # noqa: E402
+from coop_jax.rm import cooper  # noqa: E402
 from coop_jax.hf import build as build_lib  # noqa: E402
 from coop_jax.models import lora  # noqa: E402
 from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer  # noqa: E402

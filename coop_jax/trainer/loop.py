@@ -32,7 +32,8 @@ import numpy as np
 import tqdm
 
 from coop_jax import checkpoint, console, data, parallel, sampling
-from coop_jax.trainer import cooper, rewards, sft
+from coop_jax.rm import cooper
+from coop_jax.trainer import rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
 from coop_jax.data.answer_forms import answer_marker, format_probes

@@ -15,7 +15,8 @@ from coop_jax import data, rl
 from coop_jax import config as config_lib
 from coop_jax.hf.build import load_model
 from coop_jax.optim import make_optimizer
-from coop_jax.trainer import cooper, evaluators, rewards
+from coop_jax.rm import cooper
+from coop_jax.trainer import evaluators, rewards
 from coop_jax.trainer.step import StepConfig
 from coop_jax.verify import RuleVerifier
 
