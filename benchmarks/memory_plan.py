@@ -54,9 +54,10 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from coop_jax import config as config_lib, kernels, models, parallel  # noqa: E402
-from coop_jax.trainer import cooper  # noqa: E402
+from coop_jax.rm import cooper  # noqa: E402
 from coop_jax.hf import build as build_lib  # noqa: E402
 from coop_jax.models import lora  # noqa: E402
+from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer  # noqa: E402
 from coop_jax.trainer.batch import TrainBatch  # noqa: E402
 from coop_jax.trainer.step import StepConfig, init_state, jit_step  # noqa: E402
 
@@ -136,7 +137,8 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
     cfg = setup.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
                             valid_vocab)
     cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl, micro_batches=micro_batches)
-    return cfg, setup.policy_optimizer(config.optim, config.train.steps), setup.rm_optimizer(config)
+    rm_tx = rm_optimizer(RMOptimizerSettings.for_cooper(config.cooper, config.train.steps))
+    return cfg, setup.policy_optimizer(config.optim, config.train.steps), rm_tx
 
 
 def _sds(x, sharding):

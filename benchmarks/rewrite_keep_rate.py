@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from coop_jax.trainer import cooper
+from coop_jax.rm import cooper
 from coop_jax.rm.input import read_triples
 from coop_jax.verify import RuleVerifier, extract_answer
 

@@ -45,13 +45,16 @@ SCHEDULES = Registry("optim.schedule", {"constant": _constant_schedule,
 
 
 def make_optimizer(learning_rate: float, *, warmup_steps: int = 0, total_steps: int = 0,
-                   schedule: str = "constant", weight_decay: float = 0.0, b1: float = 0.9,
-                   b2: float = 0.999, eps: float = 1e-8,
-                   grad_clip: float = 0.0) -> optax.GradientTransformation:
-    """AdamW with linear warm-up then constant or cosine decay, after global-norm clipping."""
+                   schedule: str = "constant", weight_decay: float = 0.0,
+                   weight_decay_mask: str = "all", b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8, grad_clip: float = 0.0) -> optax.GradientTransformation:
+    """AdamW with linear warm-up then a `SCHEDULES` schedule, weight decay on the parameters
+    `WEIGHT_DECAY_MASKS[weight_decay_mask]` selects, after global-norm clipping."""
     lr = SCHEDULES.lookup(schedule, "schedule")(learning_rate, warmup_steps, total_steps)
+    mask = WEIGHT_DECAY_MASKS.lookup(weight_decay_mask)
     parts = [optax.clip_by_global_norm(grad_clip)] if grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
+    return optax.chain(*parts, optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                                           mask=mask))
 
 
 def apply_gradients(model: ModelState, tx, grads) -> ModelState:

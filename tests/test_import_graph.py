@@ -2,8 +2,9 @@
 
 Layers, lowest first: kernels  <-  models  <-  parallel  <-  hf  <-  checkpoint  <-  sampling  <-
 rl, verify, data
-<-  rm (input format, scoring), stats (shared by both sides)  <-  rm.train (VerifyRM training)
-<-  trainer (the policy trainer: loop, step, batch, rollouts, rewards, cooper, sft, probes) and
+<-  rm (input format, scoring, loading, optimiser, its half of the step, Cooper's pairs), stats
+(shared by both sides)  <-  rm.train (VerifyRM training)
+<-  trainer (the policy trainer: loop, step, batch, rollouts, rewards, sft, probes) and
 eval  <-  projects (research code: nothing in the library imports it). The process launchers
 (launch) stand apart: they import nothing from the package (no JAX before the children set it
 up). Every import counts, also those inside functions.
@@ -131,12 +132,16 @@ def _reachable(module: str) -> set[str]:
     return seen
 
 
+# Cooper's pair building lives beside the RM it trains, but is training code all the same
+COOPER = "coop_jax.rm.cooper"
+
+
 @pytest.mark.parametrize("component", ["eval", "config"])
 def test_evaluation_and_the_config_schema_never_reach_training_code(component):
     """Not even transitively: `coop-eval` (and the config schema it reads) runs without
     importing the trainer, the compiled step, Cooper or the reward sources."""
     bad = {(m, d) for m in MODULES if _component(m) == component for d in _reachable(m)
-           if _component(d) in TRAINING}
+           if _component(d) in TRAINING or d == COOPER}
     assert not bad, sorted(bad)
 
 
@@ -176,10 +181,12 @@ def test_only_shared_infrastructure_sits_at_the_top():
 
 
 def test_the_reward_model_is_one_package():
-    """Its input format, scoring, loading, training and its half of the compiled step; nothing
-    RM-named outside it, and the step's RM functions defined only there."""
+    """Its input format, scoring, loading, optimiser, training, its half of the compiled step
+    and Cooper's pairs; nothing RM-named outside it, and the step's RM functions defined only
+    there."""
     assert {"coop_jax.rm.input", "coop_jax.rm.scoring", "coop_jax.rm.load", "coop_jax.rm.step",
-            "coop_jax.rm.train.loop"} <= set(MODULES)
+            "coop_jax.rm.optim", COOPER, "coop_jax.rm.train.loop"} <= set(MODULES)
+    assert not any(m.startswith("coop_jax.trainer.cooper") for m in MODULES)
     outside = {m for m in MODULES if _component(m) not in ("rm", "rm.train", "projects")
                and m.rsplit(".", 1)[-1].startswith("rm")}
     assert outside == set()

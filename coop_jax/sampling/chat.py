@@ -1,7 +1,7 @@
 """Chat clients: one reply per conversation, from an OpenAI-compatible endpoint or a local HF
 causal LM sampled with coop_jax's sampler.
 
-Used by Cooper's "rewrite" negatives (`coop_jax.trainer.cooper`), by `coop-rephrase` and by the RM
+Used by Cooper's "rewrite" negatives (`coop_jax.rm.cooper`), by `coop-rephrase` and by the RM
 trainer's assistant endpoint.
 """
 from __future__ import annotations

@@ -32,7 +32,8 @@ import numpy as np
 import tqdm
 
 from coop_jax import checkpoint, console, data, parallel, sampling
-from coop_jax.trainer import cooper, rewards, sft
+from coop_jax.rm import cooper
+from coop_jax.trainer import rewards, sft
 from coop_jax.trainer import evaluators, probes
 from coop_jax import config as config_lib
 from coop_jax.data.answer_forms import answer_marker, format_probes
@@ -45,12 +46,13 @@ from coop_jax.monitor import RunTraits
 from coop_jax.monitor.live import QUIET, RunMonitor, Verdict
 from coop_jax.hf.tokenizer import load_tokenizer, prepare_tokenizer, stop_token_ids
 from coop_jax.rm.load import RMSource, load_reward_model
+from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer
 from coop_jax.trainer.rollouts import (HostTools, PreparedBatch, RolloutFeed, RolloutSettings,
                                        RolloutSetup, all_wrong_group_metrics, finish_rule_labels,
                                        rm_label_metrics)
 from coop_jax.trainer.batch import StepOutputs, TrainBatch, share_rm_prefix, trim_padding
 from coop_jax.trainer.setup import (build_model, extraction_roles, load_records,
-                                    make_verifiers, policy_optimizer, rm_optimizer, rule_header,
+                                    make_verifiers, policy_optimizer, rule_header,
                                     headline_name, step_config, tokenizer_path, validate_config)
 from coop_jax.trainer.step import StepConfig, TrainState, init_state, jit_step, place_state, \
     state_shardings
@@ -155,8 +157,8 @@ class Trainer:
         key = jax.random.key(config.seed)
         self.policy_cfg, policy_params = self._policy(tokenizer, key)
         rm_source = RMSource.from_config(config)  # the RM and the run's RM input format
-        self.rm = (load_reward_model(rm_source, tokenizer, self.mesh, key)
-                   if source.needs_rm else None)
+        self.rm = (load_reward_model(rm_source, tokenizer, self.mesh, jax.random.fold_in(key, 2),
+                                     jax.random.fold_in(key, 4)) if source.needs_rm else None)
         self.state = self._initial_state(policy_params, source)
         valid_vocab = min(len(tokenizer), self.policy_cfg.vocab_size)
         self.step = CompiledStep(
@@ -201,7 +203,8 @@ class Trainer:
         """The train state; under LoRA only the trainable parts (`models.lora.split`) get AdamW
         state, the frozen bases ride beside them and the policy's base is the KL reference."""
         self.tx = policy_optimizer(self.config.optim, self.config.train.steps)
-        self.rm_tx = rm_optimizer(self.config) if self.rm else None
+        self.rm_tx = rm_optimizer(RMOptimizerSettings.for_cooper(
+            self.config.cooper, self.config.train.steps)) if self.rm else None
         # Co-rewarding-II: the EMA teacher is also the KL reference.
         needs_ref = (self.config.rl.kl_coef > 0 or source.needs_teacher
                      or self.config.rl.log_kl_to_start) and self.policy_cfg.lora is None

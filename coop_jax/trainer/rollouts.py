@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from coop_jax.trainer import cooper, rewards
+from coop_jax.rm import cooper
+from coop_jax.trainer import rewards
 from coop_jax import data, parallel, rl, sampling, stats
 from coop_jax.registry import Options
 from coop_jax.rm.input import RMInputFormat

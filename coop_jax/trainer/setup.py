@@ -1,6 +1,7 @@
 """The run setup of coop-train, public for the projects and benchmarks: the checks of a run's
 config (`validate_config`), its records (`load_records`), models (`build_model`), the compiled
-step's configuration (`step_config`), the optimisers, and the rule verifiers of each role
+step's configuration (`step_config`), the policy's optimiser (the RM's is
+`rm.optim.rm_optimizer`), and the rule verifiers of each role
 (`extraction_roles`, `make_verifiers`, `rule_header`). `trainer.loop.Trainer` builds a run from
 these; `trainer.cli` is the command line."""
 from __future__ import annotations
@@ -8,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 from typing import NamedTuple
 
 from coop_jax import data, rl
 from coop_jax import config as config_lib
 from coop_jax.hf.build import load_model
 from coop_jax.optim import make_optimizer
-from coop_jax.trainer import cooper, evaluators, rewards
+from coop_jax.rm import cooper
+from coop_jax.trainer import evaluators, rewards
 from coop_jax.trainer.step import StepConfig
 from coop_jax.verify import RuleVerifier
 
@@ -143,13 +144,6 @@ def policy_optimizer(o: config_lib.Optim, total_steps: int):
                           total_steps=total_steps, schedule=o.schedule,
                           weight_decay=o.weight_decay, b1=o.b1, b2=o.b2, eps=o.eps,
                           grad_clip=o.grad_clip)
-
-
-def rm_optimizer(config):
-    """Cooper's RM AdamW: linear warm-up over `warmup_ratio` of the run, then constant."""
-    c, steps = config.cooper, config.train.steps
-    return make_optimizer(c.learning_rate, warmup_steps=math.ceil(c.warmup_ratio * steps),
-                          total_steps=steps, weight_decay=c.weight_decay, grad_clip=c.grad_clip)
 
 
 # ---------------------------------------------------------------------- evaluation

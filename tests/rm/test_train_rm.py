@@ -14,9 +14,10 @@ from fake_openai import FakeOpenAI
 from coop_jax import config as config_lib
 from coop_jax import data, optim
 from coop_jax.rm.train import (JUDGE_SYSTEM_PROMPT, RMState, cli, drop_overlong, http_judge,
-                               input_format, label_triples, load_rm, parse_judge_verdict,
-                               rm_optimizer, split_triples, train_reward_model)
+                               input_format, label_triples, parse_judge_verdict, split_triples,
+                               starting_rm, train_reward_model)
 from coop_jax.rm.input import TRIPLE_KEYS, write_triples
+from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer
 from coop_jax.rm.train import loop
 from coop_jax.verify import RuleVerifier
 
@@ -272,8 +273,10 @@ def _tiny_rm(seed: int = 0):
     section = config_lib.model_section(vocab_size=128, hidden_size=32, intermediate_size=64,
                                        num_layers=1, num_heads=2, num_kv_heads=1)
     mesh = parallel.make_mesh((8, 1, 1))
-    cfg, params, *_ = load_rm(section, mesh, seed=seed)
-    return cfg, jax.device_get(params), mesh  # the step donates its state
+    opts = config_lib.rm_train_section()
+    opts.seed = seed
+    rm = starting_rm(section, mesh, opts)
+    return rm.config, jax.device_get(rm.params), mesh  # the step donates its state
 
 
 def test_gradient_accumulation_over_micro_batches_equals_one_batch():
@@ -283,7 +286,7 @@ def test_gradient_accumulation_over_micro_batches_equals_one_batch():
     cfg, params, mesh = _tiny_rm()
     opts = config_lib.rm_train_section()
     opts.update(learning_rate=1e-2, weight_decay=0.01, grad_clip=1.0, schedule="linear")
-    tx = rm_optimizer(opts, total_steps=4)
+    tx = rm_optimizer(RMOptimizerSettings.for_rm_training(opts, total_steps=4))
     rng = np.random.default_rng(0)
     mask = np.arange(20)[None] < rng.integers(5, 21, size=(16, 1))
     host = {"tokens": rng.integers(0, 100, size=(16, 20)).astype(np.int32), "mask": mask,
@@ -326,7 +329,7 @@ def test_weight_decay_mask_spares_biases_and_norm_weights():
     zeros = jax.tree_util.tree_map(np.zeros_like, params)
     for mask, spared_value in (("no_bias_norm", 2.0), ("all", 1.9)):
         opts.weight_decay_mask = mask
-        tx = rm_optimizer(opts, total_steps=10)
+        tx = rm_optimizer(RMOptimizerSettings.for_rm_training(opts, total_steps=10))
         updates, _ = tx.update(zeros, tx.init(params), params)
         new = jax.tree_util.tree_map(lambda p, u: p + u, params, updates)
         for path, leaf in jax.tree_util.tree_flatten_with_path(new)[0]:

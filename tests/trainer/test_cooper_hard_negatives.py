@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO, repo_config
 
 from coop_jax import parallel
-from coop_jax.trainer import cooper, loop, setup
+from coop_jax.rm import cooper
+from coop_jax.trainer import loop, setup
 from coop_jax.rm.step import RMInputs, resolve_pairs
 
 ROOT = str(REPO)

@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO, repo_config
 
 from coop_jax.data.answer_forms import FORMS, format_probes
-from coop_jax.trainer import cooper, loop, probes, setup
+from coop_jax.rm import cooper
+from coop_jax.trainer import loop, probes, setup
 from coop_jax.trainer.rollouts import (HostTools, RolloutSettings, RolloutSetup, ScoredRollouts,
                                        label_rollouts, marker_rate, rm_pairs)
 from coop_jax.trainer.rewards import reward_source

@@ -1,4 +1,7 @@
-"""Host-side rewards: majority vote, exact-string matching, group labels, rule labels."""
+"""Host-side rewards: majority vote, exact-string matching, group labels, rule labels, the
+Co-rewarding-II EMA schedule."""
+import math
+
 import numpy as np
 import pytest
 
@@ -206,3 +209,16 @@ def test_strict_boxed_votes_give_unboxed_rollouts_zero():
         [r], _ = rewards.REWARD_SOURCES["majority_vote"].host(x)
     assert extracted == ["7", None, None, "3"]
     np.testing.assert_array_equal(r, [1, 0, 0, 1])
+
+
+def test_corewarding_decay_schedule():
+    a0, a1, T = 0.01, 1e-5, 100
+    assert rewards.corewarding_decay(0, a0, a1, T) == pytest.approx(a0)     # a_1 = a_start
+    assert rewards.corewarding_decay(T, a0, a1, T) == pytest.approx(a1)     # a_{T+1} = a_end
+    assert rewards.corewarding_decay(T // 2, a0, a1, T) == pytest.approx((a0 + a1) / 2)
+    quarter = a1 + 0.5 * (a0 - a1) * (1 + math.cos(math.pi / 4))
+    assert rewards.corewarding_decay(T // 4, a0, a1, T) == pytest.approx(quarter)
+    assert rewards.corewarding_decay(5 * T, a0, a1, T) == pytest.approx(a1)  # clipped at T
+    assert rewards.corewarding_decay(-3, a0, a1, T) == pytest.approx(a0)
+    values = [rewards.corewarding_decay(k, a0, a1, T) for k in range(T + 1)]
+    assert all(x >= y for x, y in zip(values, values[1:]))

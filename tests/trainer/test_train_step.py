@@ -468,7 +468,7 @@ def _rm_batch_with_shared_prefixes(seed: int, pairs_on_device: bool) -> TrainBat
     the group's (question, reference) tokens (of 0-7 tokens), then their own completion (1-4
     tokens), right-padded to 16. Pairs are texts of the group's prefix plus a completion, or
     (`pairs_on_device`) rollout_hardest rows with a reference positive for groups 1 and 3."""
-    from coop_jax.trainer import cooper
+    from coop_jax.rm import cooper
     rng = np.random.default_rng(seed)
     batch, width = _grouped(_batch(seed)), 16
     heads = [rng.integers(1, 60, n).tolist() for n in (5, 0, 7, 3)]

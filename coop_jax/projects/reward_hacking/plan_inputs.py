@@ -63,10 +63,9 @@ def inputs_dir(results_dir: str) -> str:
 # ----------------------------------------------------------------------------- the static RM
 def _base_rm(config):
     """(the RM's parameters before training, its tokenizer path), loaded as coop-train-rm does."""
-    from coop_jax.rm.train.loop import config_mesh, load_rm
-    _, params, _, tok_path, _ = load_rm(config.reward_model, config_mesh(config),
-                                        config.rm_train.seed)
-    return jax.device_get(params), tok_path
+    from coop_jax.rm.train.loop import config_mesh, starting_rm
+    rm = starting_rm(config.reward_model, config_mesh(config), config.rm_train)
+    return jax.device_get(rm.params), rm.tokenizer_path
 
 
 def _save_rm(params, meta: dict, tok_path: str, config, out_dir: str) -> None:

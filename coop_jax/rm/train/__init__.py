@@ -6,11 +6,12 @@
     default_config.py  the config without --config
 
 The `rm_train` config section and its validation are the schema's (`coop_jax.config`:
-`rm_train_section`, `validate_rm_train`); the weight-decay masks are `coop_jax.optim`'s. Triples
-files are read and written by `coop_jax.rm.input` (`read_triples`, `write_triples`).
+`rm_train_section`, `validate_rm_train`); the RM's optimiser is `coop_jax.rm.optim`'s (one
+builder with Cooper's), its weight-decay masks `coop_jax.optim`'s. Triples files are read and
+written by `coop_jax.rm.input` (`read_triples`, `write_triples`).
 """
 from coop_jax.rm.train.loop import (Progress, RMSetup, RMState, TrainingData, build_state,
-                                    input_format, load_rm, prepare_data, rm_optimizer, train_epochs,
+                                    input_format, prepare_data, starting_rm, train_epochs,
                                     train_reward_model)
 from coop_jax.rm.train.triples import (JUDGE_SYSTEM_PROMPT, build_triples, drop_overlong,
                                        http_judge, judge_user_message, label_balance, label_triples,
@@ -19,6 +20,5 @@ from coop_jax.rm.train.cli import main, run
 
 __all__ = ["JUDGE_SYSTEM_PROMPT", "Progress", "RMSetup", "RMState", "TrainingData", "build_state",
            "build_triples", "drop_overlong", "http_judge", "input_format", "judge_user_message",
-           "label_balance", "label_triples", "load_rm", "main", "parse_judge_verdict",
-           "prepare_data", "run",
-           "rm_optimizer", "split_triples", "train_epochs", "train_reward_model"]
+           "label_balance", "label_triples", "main", "parse_judge_verdict", "prepare_data",
+           "run", "split_triples", "starting_rm", "train_epochs", "train_reward_model"]

@@ -27,12 +27,12 @@ import optax
 
 from coop_jax import checkpoint, data, hf, models, parallel
 from coop_jax import config as config_lib
-from coop_jax.hf.build import load_model
 from coop_jax.metrics_writer import MetricWriter
 from coop_jax.hf.tokenizer import CHAR_TOKENIZER_DIR, load_tokenizer, prepare_tokenizer
-from coop_jax.optim import (SCHEDULES, WEIGHT_DECAY_MASKS, accumulate_gradients, apply_gradients,
-                            split_micro_batches)
+from coop_jax.optim import accumulate_gradients, apply_gradients, split_micro_batches
 from coop_jax.rm.input import RMInputFormat, check_triples
+from coop_jax.rm.load import RewardModel, RMSource, load_reward_model
+from coop_jax.rm.optim import RMOptimizerSettings, rm_optimizer
 from coop_jax.rm.scoring import evaluate_reward_model
 from coop_jax.rm.train.triples import drop_overlong, label_balance
 from coop_jax.sampling import fixed_batches
@@ -73,32 +73,18 @@ class RMState(flax.struct.PyTreeNode):
                 if tree is not None}
 
 
-def load_rm(section, mesh, seed: int, init_hf: str | None = None):
-    """(ModelConfig, sharded params, tokenizer, tokenizer path, HF config or None): `init_hf`,
-    else `section.hf_path` (an RM checkpoint, or a causal LM that gets a new head), or a random
-    model of the section's architecture with `num_labels=1`."""
-    tokenizer, tok_path = None, section.tokenizer or ""
-    if not (init_hf or section.hf_path):
-        tokenizer = prepare_tokenizer(load_tokenizer(tok_path or None))
-    cfg, params, lm = load_model(section, tokenizer, mesh, jax.random.key(seed), num_labels=1,
-                                 hf_path=init_hf or "", field="reward_model")
-    if lm is None:
-        return cfg, params, tokenizer, tok_path, None
-    tok_path = tok_path or lm.source
-    if not tok_path:
-        raise ValueError(f"{init_hf or section.hf_path} has no tokenizer files; set "
-                         "config.reward_model.tokenizer")
-    return cfg, params, prepare_tokenizer(load_tokenizer(tok_path)), tok_path, lm.hf_config
-
-
-def rm_optimizer(opts, total_steps: int) -> optax.GradientTransformation:
-    """AdamW with the `rm_train` settings (schedule, warm-up ratio, weight decay on the
-    parameters `rm_train.weight_decay_mask` selects), after global-norm clipping."""
-    lr = SCHEDULES.lookup(opts.schedule, "rm_train.schedule")(
-        opts.learning_rate, int(opts.warmup_ratio * total_steps), total_steps)
-    mask = WEIGHT_DECAY_MASKS.lookup(opts.weight_decay_mask)
-    parts = [optax.clip_by_global_norm(opts.grad_clip)] if opts.grad_clip > 0 else []
-    return optax.chain(*parts, optax.adamw(lr, weight_decay=opts.weight_decay, mask=mask))
+def starting_rm(section, mesh, opts) -> RewardModel:
+    """The RM coop-train-rm trains, loaded by `rm.load.load_reward_model`: `opts.init_hf`
+    (`rm_train`), else `section` (`reward_model`: an RM, a causal LM that gets a new head, or a
+    random model of its architecture, drawn with `rm_train.seed`, reading
+    `reward_model.tokenizer`); its tokenizer pads with EOS when it has no pad token."""
+    tokenizer = None
+    if not (opts.init_hf or section.hf_path):
+        tokenizer = prepare_tokenizer(load_tokenizer(section.tokenizer or None))
+    source = RMSource("", section, tokenizer_path=section.tokenizer, hf_path=opts.init_hf,
+                      warn_untrained=False)
+    rm = load_reward_model(source, tokenizer, mesh, jax.random.key(opts.seed))
+    return rm._replace(tokenizer=prepare_tokenizer(rm.tokenizer))
 
 
 # ----------------------------------------------------------------------------- the step
@@ -194,14 +180,15 @@ def build_state(section, mesh, opts, num_train: int) -> RMSetup:
     """The RM of `section` (`config.reward_model`, or `opts.init_hf`) on `mesh`, its optimiser
     and compiled step for `num_train` triples under the `rm_train` settings `opts`."""
     _check_batch_size(opts, mesh)
-    cfg, params, tokenizer, tok_path, base_hf = load_rm(section, mesh, opts.seed,
-                                                        opts.init_hf or None)
+    rm = starting_rm(section, mesh, opts)
     total = opts.epochs * math.ceil(num_train / opts.batch_size)
-    tx = rm_optimizer(opts, total)
-    state = parallel.place_on_mesh(RMState(np.asarray(0, np.int32), params, tx.init(params)), mesh)
+    tx = rm_optimizer(RMOptimizerSettings.for_rm_training(opts, total))
+    state = parallel.place_on_mesh(RMState(np.asarray(0, np.int32), rm.params,
+                                           tx.init(rm.params)), mesh)
     shardings = jax.tree_util.tree_map(lambda x: x.sharding, state)
-    step_fn, batch_sh = _make_step(cfg, tx, mesh, shardings, opts.micro_batches)
-    return RMSetup(mesh, cfg, tokenizer, tok_path, base_hf, state, step_fn, batch_sh, total)
+    step_fn, batch_sh = _make_step(rm.config, tx, mesh, shardings, opts.micro_batches)
+    return RMSetup(mesh, rm.config, rm.tokenizer, rm.tokenizer_path, rm.hf_config, state,
+                   step_fn, batch_sh, total)
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
 """reward.type=cooper: the RM's reward, with the RM co-trained in the same step on the
-(positive, negative) pairs that `trainer.cooper` builds from the rule labels."""
+(positive, negative) pairs that `rm.cooper` builds from the rule labels."""
 from __future__ import annotations
 
 from coop_jax.registry import Param

@@ -10,7 +10,8 @@ import pytest
 from conftest import REPO, repo_config
 
 from coop_jax import checkpoint
-from coop_jax.trainer import cooper, rewards
+from coop_jax.rm import cooper
+from coop_jax.trainer import rewards
 from coop_jax.data.synthetic import make_dataset, solution_error_kind
 from coop_jax.projects.reward_hacking import driver, report
 from coop_jax.verify import RuleVerifier

@@ -1,14 +1,13 @@
-"""Cooper's host side: (positive, negative) pairs per strategy, the HTTP and local rewriters, pair
-tokenisation and the Co-rewarding-II EMA schedule."""
-import math
-
+"""Cooper's host side (`rm.cooper`): (positive, negative) pairs per strategy, the HTTP and local
+rewriters, pair tokenisation."""
 import numpy as np
 import pytest
 
 from conftest import save_tiny_hf_causal_lm
 from fake_openai import FakeOpenAI
 
-from coop_jax.trainer import cooper, rewards
+from coop_jax.rm import cooper
+from coop_jax.trainer import rewards
 from coop_jax import data
 from coop_jax.hf.tokenizer import load_tokenizer
 from coop_jax.rm.input import RMInputFormat, format_rm_input, tokenize_rm_inputs
@@ -214,19 +213,6 @@ def test_tokenize_pairs_masks_missing_pairs():
     assert out.pos_mask[:, 0].all()  # right-padded
 
 
-def test_corewarding_decay_schedule():
-    a0, a1, T = 0.01, 1e-5, 100
-    assert rewards.corewarding_decay(0, a0, a1, T) == pytest.approx(a0)     # a_1 = a_start
-    assert rewards.corewarding_decay(T, a0, a1, T) == pytest.approx(a1)     # a_{T+1} = a_end
-    assert rewards.corewarding_decay(T // 2, a0, a1, T) == pytest.approx((a0 + a1) / 2)
-    quarter = a1 + 0.5 * (a0 - a1) * (1 + math.cos(math.pi / 4))
-    assert rewards.corewarding_decay(T // 4, a0, a1, T) == pytest.approx(quarter)
-    assert rewards.corewarding_decay(5 * T, a0, a1, T) == pytest.approx(a1)  # clipped at T
-    assert rewards.corewarding_decay(-3, a0, a1, T) == pytest.approx(a0)
-    values = [rewards.corewarding_decay(k, a0, a1, T) for k in range(T + 1)]
-    assert all(x >= y for x, y in zip(values, values[1:]))
-
-
 def test_local_rewriter_with_a_tiny_hf_model(tmp_path):
     save_tiny_hf_causal_lm(tmp_path, max_position_embeddings=256)
     rewrite = cooper.local_rewriter(str(tmp_path), max_prompt_len=48, max_new_tokens=6)
@@ -261,44 +247,3 @@ def test_a_registered_strategy_goes_through_the_shared_keep_if_wrong_loop(verifi
         cooper.NEGATIVE_STRATEGIES.unregister("_test_echo")
     with pytest.raises(ValueError, match="cooper.negative='nope' is not one of"):
         cooper.build_pairs("nope", RECORDS, TEXTS, labels, extracted, G, verifier=verifier)
-
-
-def test_padding_waste_by_hand():
-    """Lengths 2, 4, 4, 8: the static batch decodes 8 steps for each of 4 rows (32 row-steps),
-    18 of them useful: 14/32 = 0.4375 wasted; equal lengths waste nothing."""
-    import jax.numpy as jnp
-    from coop_jax.trainer.rollouts import padding_waste
-    assert float(padding_waste(jnp.array([2, 4, 4, 8]))) == pytest.approx(0.4375)
-    assert float(padding_waste(jnp.array([5, 5]))) == 0.0
-
-
-def test_all_wrong_group_metrics_by_hand():
-    """G = 2, three groups: labels (1, 0), (0, 0), (0, 0): two of three groups hold no correct
-    rollout; their advantages (0.5, -0.5) and (1, -3) have mean |advantage| (0.5+0.5+1+3)/4."""
-    from coop_jax.trainer.rollouts import all_wrong_group_metrics
-    labels = np.array([1, 0, 0, 0, 0, 0], np.float32)
-    m = all_wrong_group_metrics(labels, np.array([9.0, -9.0, 0.5, -0.5, 1.0, -3.0]), 2)
-    assert m == {"all_wrong_group_fraction": pytest.approx(2 / 3),
-                 "all_wrong_advantage_abs_mean": pytest.approx(1.25)}
-    none = all_wrong_group_metrics(np.ones(4), np.zeros(4), 2)
-    assert none == {"all_wrong_group_fraction": 0.0, "all_wrong_advantage_abs_mean": None}
-
-
-def test_rm_label_metrics_by_hand():
-    """Two prompts, G = 3. Group 0: correct rollouts scored 2 and -1, a wrong one 0.5: pairs
-    (2 > 0.5) yes, (-1 > 0.5) no. Group 1: correct 1, wrong 1 and -3: a tie (1/2) and a win.
-    Pairwise: (1 + 0 + 0.5 + 1) / 4 = 0.625. Pointwise (score > 0 as correct): rows
-    [2+, -1+, 0.5-, 1+, 1-, -3-] -> right on 2, 1, -3: 3/6. AUC over all 3 correct x 3 wrong:
-    2 beats all 3; -1 beats -3 only; 1 beats 0.5 and -3, ties 1: (3 + 1 + 2.5) / 9."""
-    from coop_jax.trainer.rollouts import rm_label_metrics
-    scores = np.array([2.0, -1.0, 0.5, 1.0, 1.0, -3.0])
-    labels = np.array([1, 1, 0, 1, 0, 0], np.float32)
-    m = rm_label_metrics(scores, labels, 3, "_after")
-    assert m["rm_onpolicy_pair_accuracy_after"] == pytest.approx(0.625)
-    assert m["rm_rule_agreement_after"] == pytest.approx(0.5)
-    assert m["rm_onpolicy_auc_after"] == pytest.approx(6.5 / 9)
-    # balanced: right answers accepted 2 of 3 (2, 1; not -1), wrong ones rejected 1 of 3 (-3)
-    assert m["rm_balanced_accuracy_after"] == pytest.approx((2 / 3 + 1 / 3) / 2)
-    none = rm_label_metrics(scores, np.ones(6), 3)  # no wrong rollout: no pair to rank
-    assert none["rm_onpolicy_pair_accuracy"] is None and np.isnan(none["rm_onpolicy_auc"])
-    assert none["rm_balanced_accuracy"] is None

@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding
 from conftest import save_tiny_hf_causal_lm
 
 from coop_jax import config as config_lib, hf, parallel
-from coop_jax.trainer import cooper
+from coop_jax.rm import cooper
 from coop_jax.launch.local import launch
 
 ITEMS = [("3+4", "3+4=7. #### 7"), ("5+5", "5+5=10. #### 10"), ("1+2", "1+2=3. #### 3"),
@@ -217,7 +217,7 @@ CHILD = """
     import jax
     import numpy as np
 
-    from coop_jax.trainer import cooper
+    from coop_jax.rm import cooper
     from coop_jax import parallel
 
 
