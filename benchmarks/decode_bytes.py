@@ -62,8 +62,7 @@ _SHAPE = re.compile(r"\b(pred|[suf]\d+|bf16)\[([\d,]*)\](\{[^}]*\})?")
 
 def scfg_for(batch: int) -> sampling.SamplingConfig:
     return sampling.SamplingConfig(max_new_tokens=NEW, eos_ids=QWEN_EOS, pad_id=QWEN_PAD,
-                                   temperature=1.0, num_samples=GROUP, valid_vocab=VALID_VOCAB,
-                                   kernel_impl="auto")
+                                   temperature=1.0, num_samples=GROUP, valid_vocab=VALID_VOCAB)
 
 
 def ideal_bytes(cfg: models.ModelConfig, batch: int) -> dict:
@@ -90,7 +89,7 @@ def static_program(cfg, batch: int, rep):
     params = _sds(nn.meta.unbox(models.abstract_params(cfg)), rep)
     unembed = _sds(jax.eval_shape(lambda p: models.unembed_matrix(p, cfg), params), rep)
     hidden = jax.ShapeDtypeStruct((batch, cfg.hidden_size), cfg.jnp_dtype, sharding=rep)
-    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend="tpu")
+    impl = kernels.resolve_impl(cfg.kernel_impl, hidden, unembed, backend="tpu")
     head = sampler.DecodeHead(impl, sampler.decode_vocab_tile(impl, batch, cfg.vocab_size),
                               PROMPT)
     n = NEW
@@ -113,7 +112,7 @@ def continuous_program(cfg, batch: int, rep):
     params = _sds(nn.meta.unbox(models.abstract_params(cfg)), rep)
     unembed = _sds(jax.eval_shape(lambda p: models.unembed_matrix(p, cfg), params), rep)
     hidden = jax.ShapeDtypeStruct((batch, cfg.hidden_size), cfg.jnp_dtype, sharding=rep)
-    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend="tpu")
+    impl = kernels.resolve_impl(cfg.kernel_impl, hidden, unembed, backend="tpu")
     prompts = jax.eval_shape(lambda: engine._Prompts(
         models.init_cache(cfg, prompts_n, PROMPT), jnp.zeros((prompts_n, cfg.hidden_size),
                                                              cfg.jnp_dtype),

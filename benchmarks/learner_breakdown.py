@@ -83,8 +83,8 @@ def measure(repeats: int) -> dict[str, float]:
         for name, logprobs, kw in (("pass", response_logprobs, {}),
                                    ("pass_shared", grouped_response_logprobs,
                                     {"group_size": GROUP})):
-            loss = lambda a, lp=logprobs, kw=kw, impl=impl: lp(
-                lora.combine(base, a), cfg, *batch, impl=impl, **kw)[0].sum()
+            loss = lambda a, lp=logprobs, kw=kw, model=cfg.with_kernels(impl): lp(
+                lora.combine(base, a), model, *batch, **kw)[0].sum()
             times[f"{name}/{impl}"] = median_time(jax.jit(jax.grad(loss)), adapters,
                                                   repeats=repeats)
             print(f"{name}/{impl}: {times[f'{name}/{impl}']:.2f} s", flush=True)

@@ -134,9 +134,9 @@ def step_setup(config, layers: int | None, remat: bool, kernel_impl: str,
             remat=remat, scan_layers=scan, lora=build_lib.lora_config(section))
         return cfg.replace(num_layers=layers) if layers else cfg
 
-    cfg = setup.step_config(config, model(config.model), model(config.reward_model, num_labels=1),
-                            valid_vocab)
-    cfg = dataclasses.replace(cfg, kernel_impl=kernel_impl, micro_batches=micro_batches)
+    cfg = setup.step_config(config, model(config.model).with_kernels(kernel_impl),
+                            model(config.reward_model, num_labels=1), valid_vocab)
+    cfg = dataclasses.replace(cfg, micro_batches=micro_batches)
     rm_tx = rm_optimizer(RMOptimizerSettings.for_cooper(config.cooper, config.train.steps))
     return cfg, setup.policy_optimizer(config.optim, config.train.steps), rm_tx
 
@@ -264,15 +264,16 @@ def rewrite_program(config, acfg: models.ModelConfig, mesh, kernel_impl: str, nu
     # Qwen2.5's <|im_end|> / <|endoftext|> (stop ids and padding change no buffer size)
     scfg = SamplingConfig(max_new_tokens=settings["max_new_tokens"], eos_ids=(151645, 151643),
                           pad_id=151643, temperature=config.cooper.rewrite_temperature,
-                          valid_vocab=VALID_VOCAB, kernel_impl=kernel_impl)
+                          valid_vocab=VALID_VOCAB)
     settings = dict(settings, rows=rows)
+    acfg = acfg.with_kernels(kernel_impl)
 
     def sample(params, tokens, mask, key):
         unembed = models.unembed_matrix(params, acfg)
         hidden = jnp.zeros((rows, acfg.hidden_size), acfg.jnp_dtype)
         if kernels.partition.layout(hidden, unembed) is None:  # a TPU host would take xla then
             raise RuntimeError("the rewrite sampler's unembedding is not on the mesh")
-        settings["kernel_impl"] = kernels.resolve_impl(kernel_impl, hidden, unembed,
+        settings["kernel_impl"] = kernels.resolve_impl(acfg.kernel_impl, hidden, unembed,
                                                        backend="tpu")
         return generate(params, acfg, scfg, tokens, mask, key, backend="tpu")
 

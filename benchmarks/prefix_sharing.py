@@ -70,8 +70,8 @@ def measure(cfg, params, prompts: int, p: int, t: int, g: int, repeats: int) -> 
 
     def gradient(logprobs, **kwargs):
         def total(params):
-            logp, _ = logprobs(params, cfg, prompt_tokens, prompt_mask, response, response_mask,
-                               impl="xla", **kwargs)
+            logp, _ = logprobs(params, cfg.with_kernels("xla"), prompt_tokens, prompt_mask,
+                               response, response_mask, **kwargs)
             return jnp.sum(logp)
         return jax.jit(jax.value_and_grad(total))
 

@@ -87,8 +87,8 @@ def jax_gradient_passes():
     for name, logprobs, kw in (("coop_jax unshared", response_logprobs, {}),
                                ("coop_jax shared prompt", grouped_response_logprobs,
                                 {"group_size": GROUP})):
-        loss = lambda a, lp=logprobs, kw=kw: lp(lora.combine(base, a), cfg, *batch,
-                                                 impl="xla", **kw)[0].sum()
+        loss = lambda a, lp=logprobs, kw=kw: lp(lora.combine(base, a), cfg.with_kernels("xla"),
+                                                 *batch, **kw)[0].sum()
         passes[name] = jax.jit(jax.grad(loss))
     return passes, adapters
 

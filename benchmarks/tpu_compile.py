@@ -187,8 +187,8 @@ def _abstract_batch(mesh) -> TrainBatch:
 
 def train_step_program(mesh):
     # the shipped configs' learner: each prompt runs once per group (rl.share_prompt_prefix)
-    cfg = StepConfig(policy=TINY, loss=rl.LossConfig(kl_coef=0.01), group_size=GROUP,
-                     num_minibatches=2, kernel_impl="pallas_tpu", valid_vocab=TINY.vocab_size - 5,
+    cfg = StepConfig(policy=TINY.with_kernels("pallas_tpu"), loss=rl.LossConfig(kl_coef=0.01),
+                     group_size=GROUP, num_minibatches=2, valid_vocab=TINY.vocab_size - 5,
                      share_prompt_prefix=True)
     tx = make_optimizer(1e-5, warmup_steps=0)
     state, batch = _abstract_train_state(cfg, tx, mesh), _abstract_batch(mesh)
@@ -242,8 +242,7 @@ def sampler_program(mesh, engine: str = "static", greedy: bool = False):
     scfg = sampling.SamplingConfig(
         max_new_tokens=r.max_new_tokens, eos_ids=QWEN_EOS, pad_id=QWEN_PAD,
         temperature=0.0 if greedy else r.temperature, top_k=r.top_k, top_p=r.top_p,
-        num_samples=r.group_size,
-        valid_vocab=plan.VALID_VOCAB, kernel_impl="auto")
+        num_samples=r.group_size, valid_vocab=plan.VALID_VOCAB)
     platform = mesh.devices.flat[0].platform
     if platform != "tpu":
         raise RuntimeError(f"the sampler compile needs TPU devices, got {platform}")

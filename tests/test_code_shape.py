@@ -172,3 +172,17 @@ def test_the_config_passes_through_few_calls_from_the_trainer():
     assert len(calls) <= 25 and len(files) <= 10, (len(calls), files, listing)
     assert {"trainer/loop.py", "trainer/setup.py"} <= set(files)  # the flow is followed at all
     assert any(c.callee.endswith("validate_config") for c in calls)
+
+
+# the model config's field and what reads it: the fused kernels' one call site (log-probs, and
+# the impl the samplers resolve)
+NAMES_THE_KERNEL_CHOICE = {"models/config.py", "models/logprobs.py"}
+
+
+def test_the_kernel_choice_is_set_once_on_the_model_config():
+    """`kernels.impl` reaches the samplers and the log-probs as the model config's
+    `kernel_impl`, set by the entry points (`ModelConfig.with_kernels`), not as an argument or
+    settings field threaded beside the model config."""
+    naming = {p.relative_to(PACKAGE).as_posix() for p in SOURCES
+              if "kernel_impl" in p.read_text()}
+    assert naming <= NAMES_THE_KERNEL_CHOICE and len(NAMES_THE_KERNEL_CHOICE) <= 3, naming

@@ -52,7 +52,7 @@ def _abstract(tree):
 
 
 def model_config_to_dict(cfg: models.ModelConfig) -> dict:
-    d = dataclasses.asdict(cfg)
+    d = cfg.saved_fields()
     d["rope_scaling"] = cfg.rope_scaling_dict
     return d
 

@@ -290,6 +290,7 @@ def _evaluate_policy(f, t0: float) -> dict:
     cfg, params, tokenizer, config, config_given, source = _load_model(f, "policy")
     if cfg.is_reward_model:
         raise UsageError("the loaded model is a reward model; pass --rm_triples to evaluate it")
+    cfg = cfg.with_kernels(config.kernels.impl)
     dataset = _pick(f.dataset, config.data.dataset)
     if dataset not in DATASETS:
         raise UsageError(f"--dataset must be one of {list(DATASETS)}, got {dataset!r}")
@@ -318,7 +319,6 @@ def _evaluate_policy(f, t0: float) -> dict:
                                        chat),
             max_new_tokens=_pick(f.max_new_tokens, config.rollout.max_new_tokens),
             batch_size=_pick(f.batch_size, config.eval.batch_size), seed=f.seed,
-            kernel_impl=config.kernels.impl,
             also=strict_verifiers(dataset, workers, timeout, stack))
     report.update(mode="policy", source=source, dataset=dataset, split=f.split,
                   headline_verifier="lenient",

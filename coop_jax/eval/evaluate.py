@@ -118,10 +118,8 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
                     template: str, chat: bool = False, verifier=None, k: int = 8,
                     temperature: float = 0.7, top_p: float = 0.95, greedy: bool = True,
                     max_prompt_len: int, max_new_tokens: int, batch_size: int = 64, seed: int = 0,
-                    kernel_impl: str = "auto", also: dict[str, Any] | None = None,
-                    engine: str = "static", slots: int = 0,
-                    slot_halvings: int = DEFAULT_SLOT_HALVINGS
-                    ) -> tuple[dict, list[dict]]:
+                    also: dict[str, Any] | None = None, engine: str = "static", slots: int = 0,
+                    slot_halvings: int = DEFAULT_SLOT_HALVINGS) -> tuple[dict, list[dict]]:
     """Greedy accuracy and/or avg@k, pass@k (k samples per problem), mean response length,
     each ``{"mean", "ci_low", "ci_high"}`` with a bootstrap 95% interval over problems.
 
@@ -139,8 +137,8 @@ def evaluate_policy(params, model_cfg: models.ModelConfig, tokenizer, records: S
     prompts = [format_prompt(template, r["question"], tokenizer=tokenizer, chat=chat)
                for r in records]
     common = dict(max_prompt_len=max_prompt_len, max_new_tokens=max_new_tokens,
-                  batch_size=batch_size, kernel_impl=kernel_impl, top_k=0, engine=engine,
-                  slots=slots, slot_halvings=slot_halvings)
+                  batch_size=batch_size, top_k=0, engine=engine, slots=slots,
+                  slot_halvings=slot_halvings)
     gens, truncated = {}, {}
     if greedy:
         texts, lens, trunc = generate_texts(params, model_cfg, tokenizer, prompts,

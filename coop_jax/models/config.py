@@ -6,10 +6,12 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from coop_jax.kernels import IMPLS
 from coop_jax.models.families import MODEL_FAMILIES
 from coop_jax.models.lora import LoraConfig
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+RUN_CHOICE = "run_choice"  # metadata key of the fields a run chooses, not saved with the model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +29,13 @@ class ModelConfig:
     config.json sets the `qkv_bias` / `o_bias` / `mlp_bias` switches (qwen2: q/k/v bias always,
     none elsewhere; llama: `attention_bias`, `mlp_bias`) and which keys are refused; on export
     the `model_type`, the `architectures` name and those bias keys.
+
+    `kernel_impl` (a `coop_jax.kernels.IMPLS` name) is how this run computes the model's
+    log-probs and samples: the run's `kernels.impl`, set once where the run builds the config
+    (`with_kernels`). It is part of the config's identity (compiled functions keyed on the
+    config differ by it) but not of the model: checkpoints leave it out (a `RUN_CHOICE` field,
+    see `saved_fields`), as does the HF config.json, so a loaded config takes the loading run's
+    choice.
     """
 
     vocab_size: int
@@ -55,6 +64,7 @@ class ModelConfig:
     # params["layers_{i}"]: the same maths, one compiled block; see `models.stack_layers`
     scan_layers: bool = False
     lora: LoraConfig | None = None  # low-rank adapters (models.lora); None: none
+    kernel_impl: str = dataclasses.field(default="auto", metadata={RUN_CHOICE: True})
 
     def __post_init__(self):
         if isinstance(self.lora, dict):  # from a checkpoint's JSON meta
@@ -75,6 +85,7 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name} must be one of {sorted(DTYPES)}, got "
                                  f"{getattr(self, name)!r}")
         MODEL_FAMILIES.lookup(self.family, "ModelConfig.family")
+        IMPLS.lookup(self.kernel_impl, "ModelConfig.kernel_impl")
         if isinstance(self.rope_scaling, dict):
             object.__setattr__(self, "rope_scaling", tuple(sorted(self.rope_scaling.items())))
 
@@ -100,3 +111,17 @@ class ModelConfig:
 
     def replace(self, **kw) -> "ModelConfig":
         return dataclasses.replace(self, **kw)
+
+    def with_kernels(self, impl: str) -> "ModelConfig":
+        """This config computing its log-probs and samples with `impl` (the run's
+        `kernels.impl`)."""
+        return self.replace(kernel_impl=impl)
+
+    def saved_fields(self) -> dict[str, Any]:
+        """The fields that describe the model (`dataclasses.asdict`, without the run's
+        choices): what a checkpoint saves."""
+        run_choices = [f.name for f in dataclasses.fields(self) if f.metadata.get(RUN_CHOICE)]
+        saved = dataclasses.asdict(self)
+        for name in run_choices:
+            del saved[name]
+        return saved

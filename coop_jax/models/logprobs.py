@@ -1,4 +1,5 @@
-"""Per-token log-probs and entropies of responses: the one call site for the fused kernels."""
+"""Per-token log-probs and entropies of responses: the one call site for the fused kernels,
+which run the implementation the model config chose (`ModelConfig.kernel_impl`)."""
 from __future__ import annotations
 
 import jax
@@ -12,8 +13,7 @@ from coop_jax.models.forward import grouped_hidden_states, hidden_states, unembe
 def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
                       prompt_mask: jax.Array, response_tokens: jax.Array,
                       response_mask: jax.Array, *, temperature: float = 1.0,
-                      impl: str = "auto", valid_vocab: int | None = None
-                      ) -> tuple[jax.Array, jax.Array]:
+                      valid_vocab: int | None = None) -> tuple[jax.Array, jax.Array]:
     """log π(y_t | x, y_<t) / T-scaled and the entropy per response token: [B, N] each.
 
     Logits are divided by the sampling temperature so the learner's log-probs match the
@@ -24,10 +24,17 @@ def response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
     mask = jnp.concatenate([prompt_mask, response_mask], axis=1).astype(bool)
     hidden = hidden_states(params, cfg, tokens, mask)[:, p - 1:-1]  # predicts response tokens
     return _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature,
-                           impl, valid_vocab)
+                           valid_vocab)
 
 
-def _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature, impl,
+def resolved_kernel(cfg: ModelConfig, hidden: jax.Array, unembed: jax.Array,
+                    backend: str | None = None) -> str:
+    """The concrete implementation (`kernels.resolve_impl`) the fused kernels run for `cfg` on
+    these arrays; `backend`: the platform it is resolved for (default the default backend)."""
+    return kernels.resolve_impl(cfg.kernel_impl, hidden, unembed, backend=backend)
+
+
+def _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature,
                     valid_vocab):
     """(log-probs, entropies) [B, N] of the response tokens from the hidden states [B, N, D]
     that predict them (the fused kernel; masked positions 0)."""
@@ -35,16 +42,16 @@ def _token_logprobs(params, cfg, hidden, response_tokens, response_mask, tempera
     unembed = unembed_matrix(params, cfg)
     targets = jnp.where(response_mask.astype(bool), response_tokens, -1).reshape(-1)
     logp, entropy = kernels.fused_logprobs(hidden.reshape(b * n, d), unembed, targets,
-                                           temperature=temperature, impl=impl,
-                                           valid_vocab=valid_vocab)
+                                           temperature=temperature,
+                                           impl=cfg.kernel_impl, valid_vocab=valid_vocab)
     return logp.reshape(b, n), entropy.reshape(b, n)
 
 
 def grouped_response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax.Array,
                               prompt_mask: jax.Array, response_tokens: jax.Array,
                               response_mask: jax.Array, *, group_size: int,
-                              temperature: float = 1.0, impl: str = "auto",
-                              valid_vocab: int | None = None) -> tuple[jax.Array, jax.Array]:
+                              temperature: float = 1.0, valid_vocab: int | None = None
+                              ) -> tuple[jax.Array, jax.Array]:
     """`response_logprobs` of rows in groups of `group_size` consecutive rows that share one
     prompt (row r is response r % G to prompt r // G): each prompt runs once, its keys and values
     are repeated for the G responses, which attend to them, and their gradients sum into them.
@@ -57,4 +64,4 @@ def grouped_response_logprobs(params: dict, cfg: ModelConfig, prompt_tokens: jax
     hidden = jnp.concatenate([jnp.repeat(prompt_hidden[:, -1:], g, axis=0),
                               response_hidden[:, :-1]], axis=1)
     return _token_logprobs(params, cfg, hidden, response_tokens, response_mask, temperature,
-                           impl, valid_vocab)
+                           valid_vocab)

@@ -189,7 +189,8 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
         c = config.copy_and_resolve_references()
         c.seed = spec["seed"]
         c.sft.update(**overrides)
-        cfg, params = setup.build_model(c.model, tokenizer, mesh, jax.random.key(c.seed))
+        cfg, params = setup.build_model(c.model, tokenizer, mesh, jax.random.key(c.seed),
+                                        kernels=c.kernels.impl)
         params, _ = sft.warm_start_with(sft.SFTSettings.from_config(c), params, cfg, tokenizer,
                                      sft_records)
         where = os.path.join(out_dir, f"sft_generator_{len(out)}")
@@ -200,9 +201,9 @@ def sft_generators(config, records: Sequence[dict], specs: Sequence[dict], *,
         if p_digest == start["params"]:
             raise ValueError(f"corpus generator {name} has the RL start policy's parameters")
         texts, _ = generate_completions(
-            lm.params, lm.config, tokenizer, prompts, max_prompt_len=c.data.max_prompt_len,
-            max_new_tokens=c.rollout.max_new_tokens, temperature=c.rollout.temperature,
-            num_samples=samples_per_question, seed=c.seed, kernel_impl=c.kernels.impl)
+            lm.params, lm.config.with_kernels(c.kernels.impl), tokenizer, prompts,
+            max_prompt_len=c.data.max_prompt_len, max_new_tokens=c.rollout.max_new_tokens,
+            temperature=c.rollout.temperature, num_samples=samples_per_question, seed=c.seed)
         out.append({"name": name, "completions": texts, "sft": spec, "settings": settings,
                     "params": p_digest, "dir": where})
     return out

@@ -17,7 +17,7 @@ from coop_jax.sampling.sampler import SamplingConfig, decode_texts
 
 def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Sequence[str], *,
                    max_prompt_len: int, max_new_tokens: int, temperature: float, top_p: float,
-                   top_k: int, num_samples: int, batch_size: int, seed: int, kernel_impl: str,
+                   top_k: int, num_samples: int, batch_size: int, seed: int,
                    engine: str = "static", slots: int = 0,
                    slot_halvings: int = DEFAULT_SLOT_HALVINGS
                    ) -> tuple[list[list[str]], list[list[int]], list[list[bool]]]:
@@ -36,7 +36,7 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
         max_new_tokens=max_new_tokens, eos_ids=stop_token_ids(tokenizer),
         pad_id=int(tokenizer.pad_token_id), temperature=float(temperature), top_k=int(top_k),
         top_p=float(top_p), num_samples=int(num_samples),
-        valid_vocab=min(len(tokenizer), model_cfg.vocab_size), kernel_impl=kernel_impl)
+        valid_vocab=min(len(tokenizer), model_cfg.vocab_size))
     ids, mask = tokenize_prompts(tokenizer, list(prompts), max_prompt_len)
     mesh, hosts = host.mesh_of(params), jax.process_count()
     # a fixed shape for every batch (one compilation); with several processes each global batch
@@ -68,9 +68,8 @@ def generate_texts(params, model_cfg: models.ModelConfig, tokenizer, prompts: Se
 def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, prompts: list[str], *,
                          max_prompt_len: int, max_new_tokens: int, temperature: float,
                          top_p: float = 1.0, top_k: int = 0, num_samples: int = 1,
-                         batch_size: int = 64, seed: int = 0, kernel_impl: str = "auto",
-                         engine: str = "static", slots: int = 0,
-                         slot_halvings: int = DEFAULT_SLOT_HALVINGS,
+                         batch_size: int = 64, seed: int = 0, engine: str = "static",
+                         slots: int = 0, slot_halvings: int = DEFAULT_SLOT_HALVINGS,
                          ) -> tuple[list[list[str]], list[list[int]]]:
     """``num_samples`` completions per prompt and their token lengths (stop token included).
 
@@ -78,11 +77,12 @@ def generate_completions(params, model_cfg: models.ModelConfig, tokenizer, promp
     their last tokens); every batch has ``min(batch_size, len(prompts))`` prompts, so the sampler
     compiles once per configuration. ``engine`` as ``rollout.engine``: "continuous" decodes each
     batch through ``slots`` continuous-batching slots (0: one per row; `sampling.engine`),
-    halved at most ``slot_halvings`` times as the batch drains.
+    halved at most ``slot_halvings`` times as the batch drains. The sampler runs the kernels
+    ``model_cfg`` chose (`models.ModelConfig.with_kernels`).
     """
     texts, lengths, _ = generate_texts(
         params, model_cfg, tokenizer, prompts, max_prompt_len=max_prompt_len,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-        num_samples=num_samples, batch_size=batch_size, seed=seed, kernel_impl=kernel_impl,
-        engine=engine, slots=slots, slot_halvings=slot_halvings)
+        num_samples=num_samples, batch_size=batch_size, seed=seed, engine=engine, slots=slots,
+        slot_halvings=slot_halvings)
     return texts, lengths

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 
 from coop_jax import kernels, models
 from coop_jax.kernels import _common
+from coop_jax.models.logprobs import resolved_kernel
 from coop_jax.sampling import sampler
 from coop_jax.sampling.sampler import Rollouts, SamplingConfig
 
@@ -250,7 +251,7 @@ def generate_continuous(params: dict, cfg: models.ModelConfig, scfg: SamplingCon
     for i, size in enumerate(sizes):
         if i:
             state = _compact(cfg, state, size)
-        impl = kernels.resolve_impl(scfg.kernel_impl, state.hidden, unembed, backend=backend)
+        impl = resolved_kernel(cfg, state.hidden, unembed, backend=backend)
         step = functools.partial(_decode_step, params, cfg, scfg,
                                  _row_sampler(scfg, unembed, impl, size, key), prompts)
         next_size = sizes[i + 1] if i + 1 < len(sizes) else 0

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from coop_jax import kernels, models
 from coop_jax.kernels import _common
+from coop_jax.models.logprobs import resolved_kernel
 
 Array = jax.Array
 
@@ -25,7 +26,6 @@ class SamplingConfig:
     top_p: float = 1.0  # 1.0 = off
     num_samples: int = 1  # rollouts per prompt (G)
     valid_vocab: int | None = None  # ids >= this (embedding padding) are never sampled
-    kernel_impl: str = "auto"
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -139,7 +139,7 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
              prompt_mask: Array, key: Array, *, backend: str | None = None) -> Rollouts:
     """Sample `scfg.num_samples` responses for each prompt. Call under `jax.jit` (see `make`).
 
-    `backend` is the platform `scfg.kernel_impl` is resolved for (default
+    `backend` is the platform the model config's kernel choice is resolved for (default
     `jax.default_backend()`; "tpu" to compile for TPU topologies from a CPU host).
     """
     g, n = scfg.num_samples, scfg.max_new_tokens
@@ -160,7 +160,7 @@ def generate(params: dict, cfg: models.ModelConfig, scfg: SamplingConfig, prompt
     rows = b * g
     eos = jnp.asarray(scfg.eos_ids, jnp.int32)
     # once, with the arrays' mesh: the tile and the kernel must agree on the path
-    impl = kernels.resolve_impl(scfg.kernel_impl, hidden, unembed, backend=backend)
+    impl = resolved_kernel(cfg, hidden, unembed, backend=backend)
     head = DecodeHead(impl, decode_vocab_tile(impl, rows, unembed.shape[1]), p)
 
     zeros = jnp.zeros((rows, n), jnp.float32)

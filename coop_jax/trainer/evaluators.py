@@ -44,7 +44,6 @@ class EvalSettings:
     headline: str           # "greedy" or "sampled"
     batch_size: int
     seed: int
-    kernel_impl: str
     rm_heldout_triples: str = ""
     rm_format: RMInputFormat | None = None
     engine: str = "static"
@@ -56,8 +55,7 @@ class EvalSettings:
         e, d = config.eval, config.data
         return cls(schedule(config.evals), d.prompt_template, bool(d.chat_template),
                    d.max_prompt_len, config.rollout.max_new_tokens, e.k, e.temperature,
-                   e.top_p, e.headline, e.batch_size, config.seed, config.kernels.impl,
-                   config.rm.heldout_triples,
+                   e.top_p, e.headline, e.batch_size, config.seed, config.rm.heldout_triples,
                    RMInputFormat.from_config(config) if config.rm.heldout_triples else None,
                    config.rollout.engine, int(config.rollout.slots),
                    int(config.rollout.slot_halvings))
@@ -157,9 +155,8 @@ def policy_accuracy(run: EvalContext) -> dict:
         run.policy(), run.policy_cfg, run.tokenizer, run.heldout,
         template=s.prompt_template, chat=s.chat_template, verifier=run.verifier, k=s.k,
         temperature=s.temperature, top_p=s.top_p, greedy=True, max_prompt_len=s.max_prompt_len,
-        max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, seed=s.seed,
-        kernel_impl=s.kernel_impl, also=run.strict, engine=s.engine, slots=s.slots,
-        slot_halvings=s.slot_halvings)
+        max_new_tokens=s.max_new_tokens, batch_size=s.batch_size, seed=s.seed, also=run.strict,
+        engine=s.engine, slots=s.slots, slot_halvings=s.slot_halvings)
     metrics = {"eval/greedy_accuracy": report["greedy_accuracy"]["mean"],
                "eval/sampled_accuracy": report["avg_at_k"]["mean"]}
     for name in run.strict:

@@ -189,7 +189,8 @@ class Trainer:
     def _policy(self, tokenizer, key):
         """(ModelConfig, params) of the policy, after the SFT warm start of a new run."""
         c = self.config
-        cfg, params = build_model(c.model, tokenizer, self.mesh, jax.random.fold_in(key, 1))
+        cfg, params = build_model(c.model, tokenizer, self.mesh, jax.random.fold_in(key, 1),
+                                  kernels=c.kernels.impl)
         if c.sft.steps and not self.resuming:
             params, losses = sft.warm_start_with(sft.SFTSettings.from_config(c), params, cfg,
                                                  tokenizer, self.records.train)
@@ -242,8 +243,7 @@ class Trainer:
         scfg = sampling.SamplingConfig(
             temperature=r.temperature, top_k=r.top_k, top_p=r.top_p, num_samples=r.group_size,
             eos_ids=stop_token_ids(tokenizer), pad_id=tokenizer.pad_token_id,
-            valid_vocab=valid_vocab, kernel_impl=self.config.kernels.impl,
-            max_new_tokens=r.max_new_tokens)
+            valid_vocab=valid_vocab, max_new_tokens=r.max_new_tokens)
         return sampling.make_sampler(self.policy_cfg, scfg, r.engine,
                                      r.prompts_per_step * r.group_size, r.slots, r.slot_halvings)
 

@@ -46,25 +46,24 @@ def read_probes(path: str) -> list[dict]:
 
 
 @functools.lru_cache(maxsize=8)
-def _jit_mean_logp(cfg: models.ModelConfig, temperature: float, impl: str, valid_vocab: int):
+def _jit_mean_logp(cfg: models.ModelConfig, temperature: float, valid_vocab: int):
     def mean_logp(params, prompt, prompt_mask, tokens, mask):
         logp, _ = response_logprobs(params, cfg, prompt, prompt_mask, tokens, mask,
-                                    temperature=temperature, impl=impl, valid_vocab=valid_vocab)
+                                    temperature=temperature, valid_vocab=valid_vocab)
         return (logp * mask).sum(-1) / jnp.maximum(mask.sum(-1), 1)
     return jax.jit(mean_logp)
 
 
 def policy_logp(params, cfg: models.ModelConfig, tokenizer, probes: Sequence[dict], *,
                 template: str, chat: bool, max_prompt_len: int, max_new_tokens: int,
-                temperature: float = 1.0, impl: str = "auto", batch_size: int = 64
-                ) -> np.ndarray:
+                temperature: float = 1.0, batch_size: int = 64) -> np.ndarray:
     """Mean log-prob per token of each probe's completion (+ EOS) given its prompt [n]."""
     prompts = [format_prompt(template, p["question"], tokenizer=tokenizer, chat=chat)
                for p in probes]
     p_ids, p_mask = tokenize_prompts(tokenizer, prompts, max_prompt_len)
     r_ids, r_mask = tokenize_responses(tokenizer, [p["completion"] for p in probes],
                                        max_new_tokens)
-    fn = _jit_mean_logp(cfg, float(temperature), impl, min(len(tokenizer), cfg.vocab_size))
+    fn = _jit_mean_logp(cfg, float(temperature), min(len(tokenizer), cfg.vocab_size))
     return map_rows(fn, params, (p_ids, p_mask, r_ids, r_mask), batch_size)
 
 
@@ -86,7 +85,6 @@ class ProbeSettings:
     max_prompt_len: int
     max_new_tokens: int
     temperature: float
-    kernel_impl: str
     batch_size: int
 
     @classmethod
@@ -94,8 +92,7 @@ class ProbeSettings:
         d, r = config.data, config.rollout
         return cls(config.probes.triples, int(config.probes.format_questions),
                    d.prompt_template, bool(d.chat_template),
-                   d.max_prompt_len, r.max_new_tokens, r.temperature, config.kernels.impl,
-                   config.eval.batch_size)
+                   d.max_prompt_len, r.max_new_tokens, r.temperature, config.eval.batch_size)
 
 
 def probe_metrics(probes: Sequence[dict], policy: tuple[Any, models.ModelConfig, Any],
@@ -107,7 +104,7 @@ def probe_metrics(probes: Sequence[dict], policy: tuple[Any, models.ModelConfig,
     s = settings
     logp = policy_logp(params, cfg, tokenizer, probes, template=s.template, chat=s.chat,
                        max_prompt_len=s.max_prompt_len, max_new_tokens=s.max_new_tokens,
-                       temperature=s.temperature, impl=s.kernel_impl, batch_size=s.batch_size)
+                       temperature=s.temperature, batch_size=s.batch_size)
     metrics = per_pattern(probes, logp, "policy_logp")
     if rm is not None:
         rm_params, rm_cfg, rm_tokenizer, fmt = rm

@@ -104,10 +104,12 @@ def load_records(config) -> Records:
     return Records(valid_train, valid_eval, skipped)
 
 
-def build_model(section, tokenizer, mesh, rng, num_labels: int = 0):
-    """(ModelConfig, params) of a model section (see `coop_jax.hf.build.load_model`)."""
+def build_model(section, tokenizer, mesh, rng, num_labels: int = 0, *, kernels: str):
+    """(ModelConfig, params) of a model section (see `coop_jax.hf.build.load_model`), the
+    config running the kernels `kernels` (the run's `kernels.impl`)."""
     field = "reward_model" if num_labels else "model"
-    return load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)[:2]
+    cfg, params, _ = load_model(section, tokenizer, mesh, rng, num_labels=num_labels, field=field)
+    return cfg.with_kernels(kernels), params
 
 
 def tokenizer_path(config) -> str:
@@ -133,9 +135,9 @@ def step_config(config, policy_cfg, rm_cfg, valid_vocab: int) -> StepConfig:
         kl_to_base=policy_cfg.lora is not None and (c.rl.kl_coef > 0 or c.rl.log_kl_to_start),
         log_kl_to_start=c.rl.log_kl_to_start,
         device_reward=source.device, reward_options=source.device.options_from_config(c),
-        rm=rm_cfg, rm_update=source.rm_update_from_config(c), kernel_impl=c.kernels.impl,
-        valid_vocab=valid_vocab, num_views=source.num_views,
-        reuse_loss_forward=c.rl.reuse_loss_forward, share_prompt_prefix=c.rl.share_prompt_prefix)
+        rm=rm_cfg, rm_update=source.rm_update_from_config(c), valid_vocab=valid_vocab,
+        num_views=source.num_views, reuse_loss_forward=c.rl.reuse_loss_forward,
+        share_prompt_prefix=c.rl.share_prompt_prefix)
 
 
 def policy_optimizer(o: config_lib.Optim, total_steps: int):

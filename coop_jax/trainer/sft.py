@@ -41,9 +41,8 @@ def corrupt_final_answer(solution: str, reference: str) -> str:
 
 def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], *, template: str,
                steps: int, batch_size: int, learning_rate: float, warmup_steps: int,
-               max_prompt_len: int, max_len: int, seed: int, kernel_impl: str = "auto",
-               chat: bool = False, corrupt_fraction: float = 0.0,
-               log_every: int = 50) -> tuple[dict, list[float]]:
+               max_prompt_len: int, max_len: int, seed: int, chat: bool = False,
+               corrupt_fraction: float = 0.0, log_every: int = 50) -> tuple[dict, list[float]]:
     """`steps` AdamW steps of next-token cross-entropy on the solutions; returns (params, losses).
 
     `corrupt_fraction` of the demonstrations (fixed per record) end in an off-by-one final answer:
@@ -63,8 +62,7 @@ def warm_start(params, cfg: models.ModelConfig, tokenizer, records: list[dict], 
 
     def loss_fn(p, batch):
         logp, _ = response_logprobs(p, cfg, batch["prompt_tokens"], batch["prompt_mask"],
-                                    batch["tokens"], batch["mask"], impl=kernel_impl,
-                                    valid_vocab=valid_vocab)
+                                    batch["tokens"], batch["mask"], valid_vocab=valid_vocab)
         loss = -(logp * batch["mask"]).sum() / jnp.maximum(batch["mask"].sum(), 1)
         return loss, loss
 
@@ -110,7 +108,6 @@ class SFTSettings:
     max_prompt_len: int
     max_len: int
     seed: int
-    kernel_impl: str = "auto"
     chat: bool = False
     corrupt_fraction: float = 0.0
 
@@ -118,8 +115,8 @@ class SFTSettings:
     def from_config(cls, config) -> "SFTSettings":
         s, d = config.sft, config.data
         return cls(d.prompt_template, s.steps, s.batch_size, s.learning_rate, s.warmup_steps,
-                   d.max_prompt_len, s.max_len, config.seed, config.kernels.impl,
-                   bool(d.chat_template), s.corrupt_fraction)
+                   d.max_prompt_len, s.max_len, config.seed, bool(d.chat_template),
+                   s.corrupt_fraction)
 
 
 def warm_start_with(settings: SFTSettings, params, cfg: models.ModelConfig, tokenizer,

@@ -111,7 +111,6 @@ class StepConfig:
     reward_options: Options = Options()  # the values of its declared parameters
     rm: models.ModelConfig | None = None
     rm_update: RMUpdate | None = None  # None: the RM is not trained in the step
-    kernel_impl: str = "auto"
     valid_vocab: int | None = None
     num_views: int = 1  # Co-rewarding-I: rows split into views whose losses are summed
     # where the old policy IS the policy being differentiated (see `old_is_current`), its
@@ -151,7 +150,7 @@ def _logprobs(params, cfg: StepConfig, rows, model: models.ModelConfig | None = 
     get = (lambda k: rows[k]) if isinstance(rows, dict) else (lambda k: getattr(rows, k))
     args = (params, model or cfg.policy, get("prompt_tokens"), get("prompt_mask"), get("tokens"),
             get("mask"))
-    kwargs = dict(temperature=cfg.temperature, impl=cfg.kernel_impl, valid_vocab=cfg.valid_vocab)
+    kwargs = dict(temperature=cfg.temperature, valid_vocab=cfg.valid_vocab)
     if shares_prompt_prefix(cfg, get("tokens").shape[0], grouped):
         return grouped_response_logprobs(*args, group_size=cfg.group_size, **kwargs)
     return response_logprobs(*args, **kwargs)

@@ -305,6 +305,16 @@ def test_load_model_from_workdir(tmp_path):
         checkpoint.load_model(str(tmp_path / "run"), "critic")
 
 
+def test_the_kernel_choice_is_the_loading_runs():
+    """A saved model config leaves out the run's kernel choice (`ModelConfig.kernel_impl`):
+    one saved before the field existed, or by a run on other kernels, loads with the default,
+    equal to the architecture it describes."""
+    saved = checkpoint.model_config_to_dict(CFG.with_kernels("xla"))
+    assert saved == checkpoint.model_config_to_dict(CFG) and "kernel_impl" not in saved
+    loaded = checkpoint.model_config_from_dict(saved)
+    assert loaded == CFG and loaded.kernel_impl == "auto"
+
+
 def test_load_model_without_rm_config(tmp_path):
     ckpt = checkpoint.Checkpointer(str(tmp_path))
     ckpt.save(0, small_state(7), {"step": 0,

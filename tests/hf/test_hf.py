@@ -10,6 +10,7 @@ import pytest
 import torch  # noqa: E402  (the test extra installs the CPU build)
 import transformers  # noqa: E402
 
+from conftest import tiny_model_config  # noqa: E402
 from coop_jax import hf  # noqa: E402
 
 COMMON = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -178,6 +179,14 @@ def test_scan_layers_load_and_export(qwen_dir, tmp_path):
     jax.tree_util.tree_map(np.testing.assert_array_equal, again.params, lm.params)
     with pytest.raises(ValueError, match="scan_layers"):
         hf.convert.params_to_hf(models.stack_layers(lm.params, lm.config.num_layers))
+
+
+def test_export_leaves_out_the_kernel_choice():
+    """config.json describes the model: the run's kernels (`ModelConfig.kernel_impl`) stay out."""
+    cfg = tiny_model_config()
+    exported = hf.convert.hf_config_from_model_config(cfg.with_kernels("reference"))
+    assert exported == hf.convert.hf_config_from_model_config(cfg)
+    assert not any("kernel" in key for key in exported)
 
 
 def test_load_head_and_layer_errors(qwen_dir, rm_dir):

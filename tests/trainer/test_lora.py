@@ -100,8 +100,9 @@ def _lora_state(mesh, kl_to_base=True):
     state = init_state(policy_train, TX, rm_params=rm_train, rm_tx=RM_TX,
                        policy_base=policy_base, rm_base=rm_frozen,
                        ref_params=None if kl_to_base else policy)  # a copy (B = 0)
-    step_cfg = StepConfig(policy=cfg_l, loss=LOSS, group_size=G, kl_to_base=kl_to_base,
-                          **(RM_REWARD | {"rm": rm_l}), rm_update=RMUpdate(), kernel_impl="xla")
+    step_cfg = StepConfig(policy=cfg_l.with_kernels("xla"), loss=LOSS, group_size=G,
+                          kl_to_base=kl_to_base, **(RM_REWARD | {"rm": rm_l}),
+                          rm_update=RMUpdate())
     return place_state(state, mesh), step_cfg
 
 

@@ -187,8 +187,8 @@ def test_prefix_shared_logprobs_and_gradient_on_real_weights(smol, shared_data):
 
     def run(fn, **kwargs):
         def total(params):
-            logp, entropy = fn(params, smol.scanned.config, ids, mask, responses, response_mask,
-                               impl="xla", **kwargs)
+            logp, entropy = fn(params, smol.scanned.config.with_kernels("xla"), ids, mask,
+                               responses, response_mask, **kwargs)
             return logp.sum() + 0.1 * entropy.sum(), (logp, entropy)
         return jax.jit(jax.value_and_grad(total, has_aux=True))(smol.scanned.params)
 

@@ -70,8 +70,8 @@ def test_a_trimmed_cooper_step_equals_the_full_width_step(aggregation):
     cut, _ = trim_padding(wide, 4)
     loss = dataclasses.replace(step_test.LOSS, aggregation=aggregation,
                                agg_max_len=wide.tokens.shape[1])
-    cfg = StepConfig(policy=step_test.POLICY, loss=loss, group_size=step_test.G,
-                     **step_test.RM_REWARD, rm_update=RMUpdate(), kernel_impl="xla")
+    cfg = StepConfig(policy=step_test.XLA_POLICY, loss=loss, group_size=step_test.G,
+                     **step_test.RM_REWARD, rm_update=RMUpdate())
     run = lambda batch: step_test.jit_step(cfg, step_test.TX, step_test.RM_TX, donate=False)(
         step_test._state(True), batch)
     (full_state, full), (cut_state, trimmed) = run(wide), run(cut)

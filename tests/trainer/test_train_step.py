@@ -21,6 +21,7 @@ from coop_jax.trainer.rewards.static_rm import RM_SCORES
 POLICY = tiny_model_config(vocab_size=64, num_heads=4, num_kv_heads=2, tie_embeddings=True,
                            qkv_bias=True)
 RM = POLICY.replace(num_labels=1, tie_embeddings=False)
+XLA_POLICY = POLICY.with_kernels("xla")  # the steps' log-probs on the xla scan
 G, PROMPTS, P, N, L = 4, 4, 6, 5, 12
 LOSS = rl.LossConfig(kl_coef=0.01, clip_eps_high=0.28)
 
@@ -81,8 +82,7 @@ def _close(a, b, atol=1e-5):
 
 def test_sharded_step_equals_unsharded():
     tx = TX
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, num_minibatches=2, ppo_epochs=2,
-                     kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G, num_minibatches=2, ppo_epochs=2)
     batch = _batch()
     policy = models.init_params(POLICY, jax.random.key(0))
     ref = jax.tree_util.tree_map(lambda x: x + 0.01, policy)
@@ -110,8 +110,8 @@ def test_sharded_step_equals_unsharded():
 def test_cooper_joint_step_equals_separate_updates():
     batch = _batch(1)
     mesh = parallel.make_mesh((2, 2, 2))
-    joint_cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
-                           rm_update=RMUpdate(), kernel_impl="xla")
+    joint_cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                           rm_update=RMUpdate())
     state = _state(True)
     shard = lambda tree, cfg: jax.device_put(tree, parallel.param_shardings(cfg, mesh))
     state = state.replace(policy=state.policy.replace(params=shard(state.policy.params, POLICY)),
@@ -123,7 +123,7 @@ def test_cooper_joint_step_equals_separate_updates():
     # 1) the policy update alone, with rewards from the PRE-update RM passed as batch rewards
     rm_inputs = jax.tree_util.tree_map(jnp.asarray, batch.rm)
     proxy, _ = rm_rewards(before_rm, RM, rm_inputs)
-    policy_only = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla")
+    policy_only = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G)
     alone, alone_metrics = jit_step(policy_only, TX, donate=False)(
         _state(False), batch.replace(rewards=np.asarray(proxy)))
     _close(joint.policy.params, alone.policy.params)
@@ -146,8 +146,8 @@ def test_cooper_joint_step_equals_separate_updates():
 def test_no_valid_pair_rm_step_zero_gradient_by_default_or_skipped():
     import dataclasses
     import optax
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
-                     rm_update=RMUpdate(), kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                     rm_update=RMUpdate())
     state = _state(True)
     before = jax.device_get(state.rm)
     # default (the reference): AdamW on zero gradients, so weight decay shrinks the weights
@@ -166,8 +166,7 @@ def test_no_valid_pair_rm_step_zero_gradient_by_default_or_skipped():
 
 
 def test_equal_rewards_give_zero_advantage_and_no_nan():
-    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
-                     kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G)
     tx = make_optimizer(1e-2, weight_decay=0.0)
     policy = models.init_params(POLICY, jax.random.key(0))
     state = init_state(policy, tx)
@@ -183,7 +182,7 @@ def test_kl_in_reward_and_its_controller(controller):
     # the reward loses coef * sum_t KL_t under the PRE-update coefficient; the adaptive
     # controller then moves the state's coefficient by the step's KL (verl's apply_kl_penalty)
     loss = rl.LossConfig(kl_coef=0.0, kl_estimator="k1")
-    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla",
+    cfg = StepConfig(policy=XLA_POLICY, loss=loss, group_size=G,
                      kl_in_reward=True, kl_coef_in_reward=0.05, kl_controller=controller,
                      kl_target=1e-4, kl_horizon=200.0)
     state = _state(False)
@@ -210,8 +209,8 @@ def test_kl_in_reward_and_its_controller(controller):
 
 
 def test_hybrid_reward_keeps_rule_strata():
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, device_reward=RULE_THEN_RM, rm=RM,
-                     kernel_impl="xla", reward_options=Options.of(weight=0.4))
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G, device_reward=RULE_THEN_RM, rm=RM,
+                     reward_options=Options.of(weight=0.4))
     state = _state(True)
     batch = _batch(4)
     from coop_jax.trainer.step import compute_rewards
@@ -225,8 +224,7 @@ def test_behaviour_logprobs_replace_the_recomputed_old_logprobs():
     """rollout.overlap: the PPO ratio is taken against the sampler's log-probs when the batch
     carries them; equal ones give the on-policy step."""
     from coop_jax.trainer.step import _logprobs
-    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
-                     kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G)
     # plain SGD, so equal gradients give equal parameters within rounding: Adam's first step is
     # about lr * sign(g), which turns the last-bit noise of a near-zero gradient into a full step
     tx = optax.sgd(1e-2)
@@ -254,8 +252,7 @@ def test_truncated_importance_sampling_weighs_the_loss_by_the_capped_ratio(shift
     tx = make_optimizer(1e-2, weight_decay=0.0)
     state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
     batch = _batch(5)
-    plain = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
-                       kernel_impl="xla")
+    plain = StepConfig(policy=XLA_POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G)
     tis = dataclasses.replace(plain, loss=rl.LossConfig(kl_coef=0.0, tis_cap=2.0))
     _, on_policy = jit_step(plain, tx, donate=False)(state, batch)
     own = np.asarray(_logprobs(state.policy.params, plain, batch)[0])
@@ -276,7 +273,7 @@ def test_an_on_policy_step_reuses_the_loss_forward_for_the_old_logprobs(monkeypa
     """One epoch, one mini-batch, no behaviour log-probs: the ratio is exactly 1, so the old
     log-probs are the loss forward's own (one policy forward pass fewer) and the update, the
     loss and every metric equal the step that recomputes them."""
-    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=loss, group_size=G)
     state, batch = _state(False), _batch(6)
     calls, real = [], step._logprobs
     monkeypatch.setattr(step, "_logprobs",
@@ -311,8 +308,7 @@ def test_the_old_logprob_pass_stays_where_the_ratio_can_differ():
 def test_behaviour_entropy_skips_the_old_logprob_forward(monkeypatch):
     """With the sampler's log-probs and entropies in the batch the step runs no forward pass for
     them: `rollout_entropy` is the behaviour policy's, and the update is the same."""
-    cfg = StepConfig(policy=POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G,
-                     kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=rl.LossConfig(kl_coef=0.0), group_size=G)
     tx = make_optimizer(1e-2, weight_decay=0.0)
     state = init_state(models.init_params(POLICY, jax.random.key(0)), tx)
     batch = _batch(5)
@@ -340,7 +336,7 @@ def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
     own normalisers (global token count, sequence count or B * max_len): same update, metrics."""
     loss = rl.LossConfig(kl_coef=0.05, entropy_coef=0.01, clip_eps_high=0.28,
                          aggregation=aggregation, ratio_level=ratio_level)
-    cfg = StepConfig(policy=POLICY, loss=loss, group_size=G, ppo_epochs=2, kernel_impl="xla",
+    cfg = StepConfig(policy=XLA_POLICY, loss=loss, group_size=G, ppo_epochs=2,
                      num_minibatches=2 if views == 1 else 1, num_views=views)
     batch = _batch(7)
     batch = batch.replace(loss_weight=np.tile(np.float32([1.0, 0.5, 0.0, 1.0]), G))  # uneven
@@ -360,8 +356,8 @@ def test_micro_batches_give_the_same_update(aggregation, ratio_level, views):
 def test_cooper_rm_micro_batches_give_the_same_update():
     """cooper.micro_batches=2 (with rl.micro_batches=2): the RM's pair gradient accumulated in
     halves over the step's valid-pair count equals one pass; metrics too."""
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, **RM_REWARD,
-                     rm_update=RMUpdate(), kernel_impl="xla")
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G, **RM_REWARD,
+                     rm_update=RMUpdate())
     batch = _batch(2, valid_pairs=(1, 1, 0, 1))  # 2 valid pairs in one half, 1 in the other
     ref, ref_metrics = jit_step(cfg, TX, RM_TX, donate=False)(_state(True), batch)
     micro = dataclasses.replace(cfg, micro_batches=2, rm_update=RMUpdate(micro_batches=2))
@@ -430,7 +426,7 @@ def test_a_prefix_shared_step_equals_the_unshared_step(monkeypatch, case):
     grouped = step.grouped_response_logprobs
     monkeypatch.setattr(step, "grouped_response_logprobs",
                         lambda *a, **k: calls.append(a[2].shape[0]) or grouped(*a, **k))
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla",
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G,
                      reuse_loss_forward=False)
     batch, tx_args, state = _grouped(_batch(3)), (TX,), lambda: _state(False)
     kwargs = dict(donate=False)
@@ -504,7 +500,7 @@ def test_the_rms_shared_prefix_gives_the_unshared_step(pairs_on_device, mesh_sha
     (with reference positives), on one device and on a (data, fsdp, tensor) mesh."""
     from coop_jax.trainer.batch import share_rm_prefix, trim_padding
     batch = _rm_batch_with_shared_prefixes(5, pairs_on_device)
-    cfg = StepConfig(policy=POLICY, loss=LOSS, group_size=G, kernel_impl="xla",
+    cfg = StepConfig(policy=XLA_POLICY, loss=LOSS, group_size=G,
                      share_prompt_prefix=True, **RM_REWARD, rm_update=RMUpdate())
     shared, lengths = trim_padding(share_rm_prefix(batch, G), buckets=8)
     assert shared.rm.prefix_tokens is not None and lengths["rm"] < 16 and lengths["rm_prefix"] <= 8

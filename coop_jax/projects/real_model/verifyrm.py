@@ -134,13 +134,16 @@ def generator_run(fv: flags.FlagValues, steps: Sequence[int]) -> str:
 
 
 def load_generator(config, name: str, generator_dir: str):
-    """(ModelConfig, params, tokenizer) of a generator: the config's policy, or a checkpoint."""
+    """(ModelConfig, params, tokenizer) of a generator: the config's policy, or a checkpoint;
+    the config runs the config's kernels."""
     if name == BASE:
         lm = hf.load(config.model.hf_path, dtype=config.model.param_dtype)
-        return lm.config, lm.params, prepare_tokenizer(load_tokenizer(lm.source))
+        return (lm.config.with_kernels(config.kernels.impl), lm.params,
+                prepare_tokenizer(load_tokenizer(lm.source)))
     step = int(name.removeprefix("rule_step"))
     cfg, params, meta = checkpoint.load_model(generator_dir, "policy", step=step)
-    return cfg, params, prepare_tokenizer(load_tokenizer(meta.get("tokenizer") or None))
+    return (cfg.with_kernels(config.kernels.impl), params,
+            prepare_tokenizer(load_tokenizer(meta.get("tokenizer") or None)))
 
 
 # ----------------------------------------------------------------------------- triples
@@ -184,7 +187,7 @@ def sample_triples(config, name: str, generator_dir: str, records: Sequence[dict
             samples_per_question=samples, temperature=config.rollout.temperature,
             top_p=config.rollout.top_p, max_prompt_len=config.data.max_prompt_len,
             max_new_tokens=config.rollout.max_new_tokens, batch_size=config.eval.batch_size,
-            seed=seed, kernel_impl=config.kernels.impl, judge=judge)
+            seed=seed, judge=judge)
     triples = _with_label_checks(triples, name)
     stats["strict_numeric_agreement"] = (float(np.mean([t["strict_agrees"] for t in triples]))
                                          if triples else None)

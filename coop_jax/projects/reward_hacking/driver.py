@@ -73,7 +73,8 @@ def sft_policy(config, out_dir: str) -> str:
     tokenizer = load_tokenizer()
     records, _, _ = setup.load_records(config)
     mesh = parallel.make_mesh(config_lib.resolve_mesh_shape(config.mesh.shape, jax.device_count()))
-    cfg, params = setup.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed))
+    cfg, params = setup.build_model(config.model, tokenizer, mesh, jax.random.key(config.seed),
+                                    kernels=config.kernels.impl)
     params, losses = sft.warm_start_with(sft.SFTSettings.from_config(config), params, cfg,
                                          tokenizer, records)
     log.info("SFT: loss %.3f -> %.3f", losses[0], losses[-1])

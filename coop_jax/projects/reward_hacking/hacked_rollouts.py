@@ -185,9 +185,10 @@ def sample(policy: tuple, config, records: Sequence[dict], seed: int):
     prompts = [format_prompt(config.data.prompt_template, x["question"], tokenizer=tokenizer)
                for x in records]
     texts, _, truncated = generate_texts(
-        params, cfg, tokenizer, prompts, max_prompt_len=config.data.max_prompt_len,
-        max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        num_samples=r.group_size, batch_size=64, seed=seed, kernel_impl=config.kernels.impl)
+        params, cfg.with_kernels(config.kernels.impl), tokenizer, prompts,
+        max_prompt_len=config.data.max_prompt_len, max_new_tokens=r.max_new_tokens,
+        temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, num_samples=r.group_size,
+        batch_size=64, seed=seed)
     return texts, truncated
 
 

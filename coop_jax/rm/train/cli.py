@@ -144,6 +144,7 @@ def _build_mode(fv) -> dict:
                                                                   mesh)
     with console.usage_errors():  # the one conversion (of the checkpoint's config, if it chose)
         config = config_lib.typed(config)
+    cfg = cfg.with_kernels(config.kernels.impl)
     r = config.rm_train
     dataset, records = _load_records(config)
     judge = None
@@ -157,8 +158,7 @@ def _build_mode(fv) -> dict:
             samples_per_question=r.samples_per_question, temperature=r.temperature,
             top_p=r.top_p, max_prompt_len=r.max_prompt_len or config.data.max_prompt_len,
             max_new_tokens=r.max_new_tokens or config.rollout.max_new_tokens,
-            batch_size=config.eval.batch_size, seed=r.seed, kernel_impl=config.kernels.impl,
-            judge=judge)
+            batch_size=config.eval.batch_size, seed=r.seed, judge=judge)
     if not triples:
         raise UsageError(f"no triples kept ({stats})")
     _write_split(r, triples, stats)

@@ -160,8 +160,7 @@ def build_triples(params, model_cfg, tokenizer, records: Sequence[dict], *, veri
                   template: str, chat: bool = False, samples_per_question: int = 4,
                   temperature: float = 1.0, top_p: float = 1.0, max_prompt_len: int,
                   max_new_tokens: int, batch_size: int = 64, seed: int = 0,
-                  kernel_impl: str = "auto", judge: Judge | None = None
-                  ) -> tuple[list[dict], dict]:
+                  judge: Judge | None = None) -> tuple[list[dict], dict]:
     """Sample `samples_per_question` completions per record from a policy and label them
     (`label_triples`)."""
     if samples_per_question < 1:
@@ -171,6 +170,5 @@ def build_triples(params, model_cfg, tokenizer, records: Sequence[dict], *, veri
     texts, _ = generate_completions(
         params, model_cfg, tokenizer, prompts, max_prompt_len=max_prompt_len,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-        num_samples=samples_per_question, batch_size=batch_size, seed=seed,
-        kernel_impl=kernel_impl)
+        num_samples=samples_per_question, batch_size=batch_size, seed=seed)
     return label_triples(records, texts, verifier, judge=judge)
