@@ -31,8 +31,7 @@ class _Module:
         self.funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         self.classes = {n.name: {f.name: f for f in n.body if isinstance(f, ast.FunctionDef)}
                         for n in tree.body if isinstance(n, ast.ClassDef)}
-        package = list(path.relative_to(root).with_suffix("").parts)
-        package = package[:-1] if path.name == "__init__.py" else package[:-1]
+        package = list(path.relative_to(root).with_suffix("").parts)[:-1]  # its package
         # local name -> ("module", dotted) or ("symbol", dotted module, its name there)
         self.names: dict[str, tuple] = {}
         for node in ast.walk(tree):

@@ -205,6 +205,10 @@ def _kind(r: dict) -> str:
             "gap ≈ 0" if r["gap_near_zero"] else "")
 
 
+def _verdict(met: bool | None, unassessable: str = "not assessable") -> str:
+    return {True: "met", False: "not met", None: unassessable}[met]
+
+
 def _summary_lines(name: str, split: dict) -> list[str]:
     s, met = split["summary"], split["target_met"]
     verdict = {True: "met", False: "**not met**", None: "not assessable (no hacked run)"}[met]
@@ -248,7 +252,7 @@ def _headline(split: dict) -> str:
 def readme(result: dict) -> str:
     """OUT/README.md: the command, the definitions, each split's summary and run table."""
     held = result["splits"][HELD_APART]
-    verdict = {True: "met", False: "not met", None: "not assessable"}[held["target_met"]]
+    verdict = _verdict(held["target_met"])
     again = result["splits"].get(SECOND_HELD_APART)
     settings = ", ".join(f"{k}={v}" for k, v in result["settings"].items())
     md = ["# The reward-hacking monitor replayed over the committed runs", "",
@@ -259,7 +263,7 @@ def readme(result: dict) -> str:
           ""] + ([
           "On the second held-apart split (the real-model blind-spot study, its plan: "
           "[blind_spot_plan.md](blind_spot_plan.md); its runs as they are committed): target "
-          f"{ {True: 'met', False: 'not met', None: 'not assessable yet'}[again['target_met']]}."
+          f"{_verdict(again['target_met'], 'not assessable yet')}."
           f" {_headline(again)}", ""] if again is not None else []) + [
           "Definitions (fixed before the held-apart runs were replayed; "
           "`coop_jax/monitor/validate.py`):", "",
